@@ -1,0 +1,45 @@
+// Shared helpers for op definitions: axis normalization, broadcasting, cost formulas, and the reference
+// executor's element loops. Only ir/ops/*.cpp include this.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "ir/ops.h"
+
+namespace kiln::ops {
+
+inline Error shape_error(std::string message) { return make_error(ErrorCode::shape_error, std::move(message)); }
+inline Error attr_error(std::string message) { return make_error(ErrorCode::invalid_argument, std::move(message)); }
+
+// Maps a possibly negative axis into [0, rank); nullopt when out of range.
+std::optional<int64_t> normalize_axis(int64_t axis, int64_t rank);
+
+// Numpy broadcasting of two shapes; an error names both shapes.
+Result<Shape> broadcast_shapes(const Shape& a, const Shape& b);
+
+// Offsets into a row-major tensor of shape `from` read as if broadcast to `to` (rank of `from` <= rank of
+// `to`, trailing-aligned): offsets[i] is the flat index in `from` of element i of `to`.
+std::vector<int64_t> broadcast_offsets(const Shape& from, const Shape& to);
+
+// Cost of an op that reads every input and writes every output once, with `flops_per_element` per output
+// element.
+OpCost streaming_cost(const OpCall& call, std::span<const TensorType> outputs, double flops_per_element);
+
+// All inputs must share one dtype; returns it or an error naming the first that differs.
+Result<DType> common_dtype(const OpCall& call, const char* op);
+
+// Parses a dtype-valued string attribute.
+Result<DType> dtype_attr(const Attrs& attrs, const std::string& name, DType fallback);
+
+}  // namespace kiln::ops
+
+namespace kiln::ops {
+// Placeholder for an op whose family file is being written: inference reports it as unsupported.
+Result<std::vector<TensorType>> infer_pending(const OpCall& call);
+OpCost cost_pending(const OpCall& call, std::span<const TensorType> outputs);
+Status reference_pending(const RefCall& call);
+}  // namespace kiln::ops
+#define KILN_PENDING_OP(name)                                                                           \
+  const OpDef op_def_##name{Op::name, #name, 0, 0, -1, {}, ops::infer_pending, ops::cost_pending, \
+                            ops::reference_pending, "not implemented yet"};

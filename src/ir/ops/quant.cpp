@@ -1,0 +1,6 @@
+// Placeholder: this family is being written.
+#include "ir/ops/op_util.h"
+namespace kiln {
+KILN_PENDING_OP(quantize)
+KILN_PENDING_OP(dequantize)
+}  // namespace kiln

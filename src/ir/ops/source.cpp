@@ -1,0 +1,6 @@
+// Placeholder: this family is being written.
+#include "ir/ops/op_util.h"
+namespace kiln {
+KILN_PENDING_OP(full)
+KILN_PENDING_OP(arange)
+}  // namespace kiln

@@ -1,0 +1,87 @@
+#include "ir/tensor.h"
+
+#include <cstring>
+
+#include "util/check.h"
+
+namespace kiln {
+
+int64_t shape_numel(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::string shape_to_string(const Shape& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ",";
+    s += std::to_string(shape[i]);
+  }
+  return s + "]";
+}
+
+std::vector<int64_t> shape_strides(const Shape& shape) {
+  std::vector<int64_t> strides(shape.size(), 1);
+  for (int64_t i = static_cast<int64_t>(shape.size()) - 2; i >= 0; --i) strides[i] = strides[i + 1] * shape[i + 1];
+  return strides;
+}
+
+Tensor::Tensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape)) {
+  for (int64_t d : shape_) KILN_CHECK(d >= 0);
+  numel_ = shape_numel(shape_);
+  bytes_.assign(static_cast<size_t>(numel_) * dtype_size(dtype_), std::byte{0});
+}
+
+double Tensor::get(int64_t i) const {
+  KILN_CHECK(i >= 0 && i < numel_);
+  return load_element(dtype_, bytes_.data() + i * dtype_size(dtype_));
+}
+
+void Tensor::set(int64_t i, double value) {
+  KILN_CHECK(i >= 0 && i < numel_);
+  store_element(dtype_, value, bytes_.data() + i * dtype_size(dtype_));
+}
+
+int64_t Tensor::get_int(int64_t i) const {
+  KILN_CHECK(i >= 0 && i < numel_);
+  const std::byte* p = bytes_.data() + i * dtype_size(dtype_);
+  switch (dtype_) {
+    case DType::i64: { int64_t x; std::memcpy(&x, p, 8); return x; }
+    case DType::i32: { int32_t x; std::memcpy(&x, p, 4); return x; }
+    case DType::boolean: return static_cast<uint8_t>(*p) != 0;
+    default: return static_cast<int64_t>(get(i));
+  }
+}
+
+void Tensor::set_int(int64_t i, int64_t value) {
+  KILN_CHECK(i >= 0 && i < numel_);
+  std::byte* p = bytes_.data() + i * dtype_size(dtype_);
+  switch (dtype_) {
+    case DType::i64: std::memcpy(p, &value, 8); return;
+    case DType::i32: { const auto x = static_cast<int32_t>(value); std::memcpy(p, &x, 4); return; }
+    case DType::boolean: *reinterpret_cast<uint8_t*>(p) = value != 0; return;
+    default: set(i, static_cast<double>(value)); return;
+  }
+}
+
+std::vector<double> Tensor::to_f64() const {
+  std::vector<double> out(static_cast<size_t>(numel_));
+  const size_t size = dtype_size(dtype_);
+  for (int64_t i = 0; i < numel_; ++i) out[i] = load_element(dtype_, bytes_.data() + i * size);
+  return out;
+}
+
+Tensor Tensor::from_f64(DType dtype, Shape shape, std::span<const double> values) {
+  Tensor t(dtype, std::move(shape));
+  KILN_CHECK(static_cast<int64_t>(values.size()) == t.numel());
+  const size_t size = dtype_size(dtype);
+  for (int64_t i = 0; i < t.numel(); ++i) store_element(dtype, values[i], t.bytes_.data() + i * size);
+  return t;
+}
+
+bool Tensor::bitwise_equal(const Tensor& other) const {
+  return dtype_ == other.dtype_ && shape_ == other.shape_ && bytes_ == other.bytes_;
+}
+
+}  // namespace kiln
