@@ -37,6 +37,7 @@ class Attrs {
 
   const std::map<std::string, AttrValue>& entries() const { return map_; }
   bool operator==(const Attrs& other) const { return map_ == other.map_; }
+  bool operator<(const Attrs& other) const { return map_ < other.map_; }  // any strict order, for map keys
 
  private:
   std::map<std::string, AttrValue> map_;

@@ -1,0 +1,40 @@
+#include "passes/graph_copier.h"
+
+namespace kiln::passes {
+
+GraphCopier::GraphCopier(const Graph& source) : source_(source), map_(source.values().size(), -1) {
+  target_.name = source.name;
+  for (const GraphInput& in : source.inputs()) {
+    const Value& v = source.value(in.value);
+    auto id = target_.add_input(v.name, v.type, in.binding);
+    KILN_CHECK(id.ok());
+    map_[in.value] = *id;
+  }
+}
+
+ValueId GraphCopier::map(ValueId source_value) const {
+  KILN_CHECK(map_[source_value] >= 0);
+  return map_[source_value];
+}
+
+void GraphCopier::copy_node(NodeId id) {
+  const Node& node = source_.node(id);
+  std::vector<ValueId> inputs;
+  for (ValueId v : node.inputs) inputs.push_back(map(v));
+  std::vector<std::string> names;
+  for (ValueId v : node.outputs) names.push_back(source_.value(v).name);
+  auto outputs = target_.add_node(node.op, std::move(inputs), node.attrs, std::move(names));
+  if (!outputs.ok()) {
+    std::fprintf(stderr, "kiln: internal error copying %s: %s\n", source_.node_label(id).c_str(),
+                 outputs.error().message.c_str());
+    KILN_CHECK(outputs.ok());
+  }
+  for (size_t i = 0; i < node.outputs.size(); ++i) map_[node.outputs[i]] = (*outputs)[i];
+}
+
+Graph GraphCopier::finish() {
+  for (const GraphOutput& o : source_.outputs()) KILN_CHECK(target_.add_output(o.name, map(o.value)).ok());
+  return std::move(target_);
+}
+
+}  // namespace kiln::passes

@@ -1,0 +1,35 @@
+// GraphCopier: builds a new graph from an old one node by node, remapping values. Passes use it to drop,
+// replace or insert nodes without mutating their input.
+#pragma once
+
+#include <vector>
+
+#include "ir/graph.h"
+
+namespace kiln::passes {
+
+class GraphCopier {
+ public:
+  // Copies the name and all graph inputs (same names, types, bindings).
+  explicit GraphCopier(const Graph& source);
+
+  const Graph& source() const { return source_; }
+  Graph& target() { return target_; }
+
+  // The target value a source value maps to (must be mapped already).
+  ValueId map(ValueId source_value) const;
+  bool is_mapped(ValueId source_value) const { return map_[source_value] >= 0; }
+  void set_map(ValueId source_value, ValueId target_value) { map_[source_value] = target_value; }
+
+  // Copies a source node with its inputs remapped and its output names kept; maps its outputs.
+  void copy_node(NodeId id);
+  // Copies the graph outputs (remapped) and returns the finished graph.
+  Graph finish();
+
+ private:
+  const Graph& source_;
+  Graph target_;
+  std::vector<ValueId> map_;
+};
+
+}  // namespace kiln::passes

@@ -1,0 +1,28 @@
+// What every pass is: a pure function from graph to graph plus a report of what it changed.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+
+namespace kiln::passes {
+
+// Exact rewrites must leave the reference executor's outputs bit-identical; reassociating ones are judged
+// against fp64 under the numerics policy.
+enum class Exactness { exact, reassociating };
+
+struct PassReport {
+  std::string pass;
+  bool changed = false;
+  int nodes_before = 0;
+  int nodes_after = 0;
+  std::vector<std::string> notes;  // one line per change, for `kiln opt --report`
+};
+
+struct PassResult {
+  Graph graph;
+  PassReport report;
+};
+
+}  // namespace kiln::passes

@@ -1,0 +1,53 @@
+// The pipeline, as a table of contents: each line is one pass, in the order they run.
+#include "passes/pipeline.h"
+
+#include "passes/cse.h"
+#include "passes/dce.h"
+
+namespace kiln::passes {
+namespace {
+
+struct PassEntry {
+  const char* name;
+  Exactness exactness;
+  PassResult (*run)(const Graph&);
+};
+
+const PassEntry kPipeline[] = {
+    {"cse", Exactness::exact, eliminate_common_subexpressions},
+    {"dce", Exactness::exact, eliminate_dead_code},
+};
+
+}  // namespace
+
+std::vector<std::string> pipeline_pass_names() {
+  std::vector<std::string> names;
+  for (const PassEntry& p : kPipeline) names.push_back(p.name);
+  return names;
+}
+
+Result<PipelineResult> run_pipeline(const Graph& graph, const PipelineOptions& options) {
+  for (const std::string& name : options.disabled) {
+    bool known = false;
+    for (const PassEntry& p : kPipeline) known = known || name == p.name;
+    if (!known) {
+      std::string all;
+      for (const PassEntry& p : kPipeline) all += (all.empty() ? "" : ", ") + std::string(p.name);
+      return make_error(ErrorCode::invalid_argument, "unknown pass '" + name + "' (passes: " + all + ")");
+    }
+  }
+  PipelineResult result{graph, {}};
+  for (const PassEntry& p : kPipeline) {
+    if (options.disabled.count(p.name)) continue;
+    PassResult step = p.run(result.graph);
+    if (options.verify_between) {
+      Status verified = verify_graph(step.graph);
+      if (!verified.ok()) return with_context(verified.error(), std::string("after pass ") + p.name);
+    }
+    result.graph = std::move(step.graph);
+    result.reports.push_back(std::move(step.report));
+  }
+  return result;
+}
+
+}  // namespace kiln::passes

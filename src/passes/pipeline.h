@@ -1,0 +1,30 @@
+// The model-level pass pipeline: the passes in order, the graph verified between them, any pass disabled by
+// name.
+#pragma once
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "passes/pass.h"
+
+namespace kiln::passes {
+
+struct PipelineOptions {
+  std::set<std::string> disabled;  // pass names to skip
+  bool verify_between = true;      // verify_graph after every pass (tests and debug builds)
+};
+
+struct PipelineResult {
+  Graph graph;
+  std::vector<PassReport> reports;
+};
+
+// The pass names, in pipeline order.
+std::vector<std::string> pipeline_pass_names();
+
+// Runs every enabled pass in order. An unknown name in `disabled` or a pass that breaks an IR invariant is an
+// error naming the pass.
+Result<PipelineResult> run_pipeline(const Graph& graph, const PipelineOptions& options = {});
+
+}  // namespace kiln::passes

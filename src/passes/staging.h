@@ -1,0 +1,29 @@
+// Binding-time staging: every node is classified by the most variable input it depends on — weights only
+// (and constants), per-step inputs (timestep, guidance), or per-call inputs (activations) — and the graph is
+// split into three stages. The load stage runs once when weights are loaded (weight transposes, merged weight
+// concatenation, FP8 scale packing); the step stage once per distinct per-step value, shared by every call of
+// that step (the modulation of both classifier-free-guidance calls); the call stage on every call. A value
+// crossing stages becomes an output of the earlier stage and an input of the later one, bound as the earlier
+// stage's binding. Exact: the three stages run in order compute the same bits as the original graph.
+#pragma once
+
+#include <vector>
+
+#include "passes/pass.h"
+
+namespace kiln::passes {
+
+// Binding time of every value (indexed by ValueId): an input's binding, or the latest binding among a node's
+// inputs (source nodes with no inputs are weight-time constants).
+std::vector<Binding> classify_binding_times(const Graph& graph);
+
+struct StagedGraph {
+  Graph load;      // inputs: weights; outputs: what later stages read
+  Graph per_step;  // inputs: per_step inputs + load outputs (as weights); outputs: what the call stage reads
+  Graph per_call;  // inputs: per_call inputs + earlier stage outputs; outputs: the model's outputs
+  PassReport report;
+};
+
+StagedGraph split_stages(const Graph& graph);
+
+}  // namespace kiln::passes
