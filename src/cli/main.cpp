@@ -1,1 +1,35 @@
-int main() { return 0; }  // the real CLI lands once the zoo and formats exist
+// kiln: the command-line entry point. Subcommands live one per file (show.cpp, run.cpp, ...).
+#include <cstdio>
+
+#include "cli/commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"kiln: makes transformer inference faster for the workload you serve, and proves it safe."};
+  app.set_version_flag("--version", std::string("kiln ") + KILN_VERSION);
+  app.require_subcommand(1);
+  int exit_code = 0;
+  kiln::cli::add_show_command(app, &exit_code);
+  kiln::cli::add_run_command(app, &exit_code);
+  kiln::cli::add_export_command(app, &exit_code);
+  kiln::cli::add_zoo_command(app, &exit_code);
+  kiln::cli::add_ops_command(app, &exit_code);
+  std::string names;
+  bool known = false;
+  for (const CLI::App* sub : app.get_subcommands({})) {
+    names += (names.empty() ? "" : ", ") + sub->get_name();
+    known = known || (argc > 1 && sub->get_name() == argv[1]);
+  }
+  if (argc > 1 && argv[1][0] != '-' && !known) {
+    std::fprintf(stderr, "kiln: error: unknown command '%s' (commands: %s)\n", argv[1], names.c_str());
+    return 2;
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help and --version are "errors" with exit code 0; real usage errors print one line and exit 2.
+    if (e.get_exit_code() == 0) return app.exit(e);
+    std::fprintf(stderr, "kiln: error: %s (see kiln --help)\n", e.what());
+    return 2;
+  }
+  return exit_code;
+}

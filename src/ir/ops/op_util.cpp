@@ -1,5 +1,9 @@
 #include "ir/ops/op_util.h"
 
+#include <cblas.h>
+
+#include <limits>
+
 namespace kiln::ops {
 
 std::optional<int64_t> normalize_axis(int64_t axis, int64_t rank) {
@@ -76,6 +80,28 @@ Result<DType> dtype_attr(const Attrs& attrs, const std::string& name, DType fall
   auto d = parse_dtype(s);
   if (!d) return attr_error("attribute '" + name + "' names an unknown dtype '" + s + "'");
   return *d;
+}
+
+Status gemm_f64(bool b_transposed, int64_t m, int64_t n, int64_t k, double alpha, const double* a, int64_t lda,
+                const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
+  if (m == 0 || n == 0) return ok_status();
+  constexpr int64_t kBlasMax = std::numeric_limits<blasint>::max();
+  for (int64_t size : {m, n, k, lda, ldb, ldc}) {
+    if (size > kBlasMax) {
+      return make_error(ErrorCode::unsupported,
+                        "a GEMM size " + std::to_string(size) + " exceeds the BLAS integer range");
+    }
+  }
+  if (k == 0) {  // BLAS rejects lda < 1; the product is empty, so only the beta term remains
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.0 ? 0.0 : beta * c[i * ldc + j];
+    }
+    return ok_status();
+  }
+  cblas_dgemm(CblasRowMajor, CblasNoTrans, b_transposed ? CblasTrans : CblasNoTrans, static_cast<blasint>(m),
+              static_cast<blasint>(n), static_cast<blasint>(k), alpha, a, static_cast<blasint>(lda), b,
+              static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
+  return ok_status();
 }
 
 }  // namespace kiln::ops

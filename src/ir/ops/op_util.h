@@ -32,6 +32,12 @@ Result<DType> common_dtype(const OpCall& call, const char* op);
 // Parses a dtype-valued string attribute.
 Result<DType> dtype_attr(const Attrs& attrs, const std::string& name, DType fallback);
 
+// Row-major double GEMM through BLAS: c[m,n] = alpha * a[m,k] * op(b) + beta * c, where op(b) is b[k,n] or,
+// with `b_transposed`, the transpose of b[n,k]. Empty sizes are handled (k = 0 gives beta * c). Fails (as
+// unsupported) when a size exceeds what the BLAS integer type holds.
+Status gemm_f64(bool b_transposed, int64_t m, int64_t n, int64_t k, double alpha, const double* a, int64_t lda,
+                const double* b, int64_t ldb, double beta, double* c, int64_t ldc);
+
 }  // namespace kiln::ops
 
 namespace kiln::ops {

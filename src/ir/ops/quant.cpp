@@ -1,6 +1,222 @@
-// Placeholder: this family is being written.
+// FP8 quantization with scales: quantize(x) -> (q, scale) and dequantize(q, scale) -> y, per tensor, per
+// token (one scale per row of the last axis) or per block (one scale per tile of the trailing axes, as
+// DeepSeek-style block-scaled GEMMs use: [1,128] for activations, [128,128] for weights).
+// Reference semantics, per group of elements sharing a scale:
+//   amax  = max |x| in double (NaN propagates, as torch.amax and kiln's reduce_amax do, so the composite and
+//           its decomposition agree)
+//   scale = f32(max(amax, 1e-12) / fmax)          fmax = largest finite value of the FP8 dtype
+//   q     = fp8(clamp(x / scale, -fmax, fmax))    NaN stays NaN
+//   y     = q * scale, rounded once to the output dtype.
+#include <algorithm>
+#include <cmath>
+
 #include "ir/ops/op_util.h"
+
 namespace kiln {
-KILN_PENDING_OP(quantize)
-KILN_PENDING_OP(dequantize)
+namespace {
+
+using ops::attr_error;
+using ops::shape_error;
+
+// Smallest amax a scale is computed from, so that an all-zero group gets a finite, nonzero scale.
+constexpr double kMinAmax = 1e-12;
+
+// How a tensor is cut into groups that share one scale. Per axis of the quantized tensor: how many groups lie
+// along it (`grid`) and how many elements one group spans (`extent`).
+struct QuantGroups {
+  Shape scale_shape;
+  Shape grid;
+  std::vector<int64_t> extent;
+};
+
+Result<QuantGroups> quant_groups(const Attrs& attrs, const TensorType& x, const char* op) {
+  const std::string granularity = attrs.get_string("granularity", "token");
+  const size_t rank = x.shape.size();
+  if (granularity != "block" && attrs.has("block")) {
+    return attr_error(std::string("attribute 'block' of ") + op + " applies only to granularity \"block\", got \"" +
+                      granularity + "\"");
+  }
+  QuantGroups g;
+  g.grid.assign(rank, 1);
+  g.extent.assign(rank, 1);
+  if (granularity == "tensor") {
+    for (size_t i = 0; i < rank; ++i) g.extent[i] = std::max<int64_t>(x.shape[i], 1);
+    g.scale_shape = {};
+    return g;
+  }
+  if (granularity == "token") {
+    if (rank == 0) return shape_error(std::string(op) + " per token needs rank >= 1, got " + type_to_string(x));
+    for (size_t i = 0; i + 1 < rank; ++i) g.grid[i] = x.shape[i];
+    g.extent.back() = std::max<int64_t>(x.shape.back(), 1);
+    g.scale_shape = g.grid;
+    return g;
+  }
+  if (granularity == "block") {
+    const std::vector<int64_t> block = attrs.get_ints("block", {1, 128});
+    if (block.empty()) return attr_error(std::string("attribute 'block' of ") + op + " must not be empty");
+    for (int64_t b : block) {
+      if (b < 1) {
+        return attr_error(std::string("attribute 'block' of ") + op + " must be positive sizes, got " +
+                          shape_to_string(block));
+      }
+    }
+    if (block.size() > rank) {
+      return shape_error(std::string(op) + " with block " + shape_to_string(block) +
+                         " needs rank >= " + std::to_string(block.size()) + ", got " + type_to_string(x));
+    }
+    const size_t lead = rank - block.size();
+    for (size_t i = 0; i < lead; ++i) g.grid[i] = x.shape[i];
+    for (size_t i = 0; i < block.size(); ++i) {
+      g.grid[lead + i] = (x.shape[lead + i] + block[i] - 1) / block[i];
+      g.extent[lead + i] = block[i];
+    }
+    g.scale_shape = g.grid;
+    return g;
+  }
+  return attr_error(std::string("attribute 'granularity' of ") + op +
+                    " must be \"tensor\", \"token\" or \"block\", got \"" + granularity + "\"");
+}
+
+// group[i]: the flat index into the scale tensor of element i of a tensor of shape `shape`.
+std::vector<int64_t> group_of_elements(const Shape& shape, const QuantGroups& g) {
+  const int64_t n = shape_numel(shape);
+  const std::vector<int64_t> grid_strides = shape_strides(g.grid);
+  std::vector<int64_t> group(static_cast<size_t>(n));
+  std::vector<int64_t> index(shape.size(), 0);
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t flat = 0;
+    for (size_t a = 0; a < shape.size(); ++a) flat += index[a] / g.extent[a] * grid_strides[a];
+    group[i] = flat;
+    for (int64_t a = static_cast<int64_t>(shape.size()) - 1; a >= 0; --a) {
+      if (++index[a] < shape[a]) break;
+      index[a] = 0;
+    }
+  }
+  return group;
+}
+
+Result<DType> fp8_attr(const Attrs& attrs, const char* op) {
+  KILN_ASSIGN_OR_RETURN(DType dtype, ops::dtype_attr(attrs, "dtype", DType::f8e4m3));
+  if (dtype != DType::f8e4m3 && dtype != DType::f8e5m2) {
+    return attr_error(std::string("attribute 'dtype' of ") + op + " must be \"f8e4m3\" or \"f8e5m2\", got \"" +
+                      std::string(dtype_name(dtype)) + "\"");
+  }
+  return dtype;
+}
+
+// ---- quantize(x) -> (q, scale) ----
+
+Result<std::vector<TensorType>> infer_quantize(const OpCall& call) {
+  const TensorType& x = call.inputs[0];
+  KILN_ASSIGN_OR_RETURN(DType q_dtype, fp8_attr(call.attrs, "quantize"));
+  if (!dtype_is_float(x.dtype)) return shape_error("quantize needs a floating input, got " + type_to_string(x));
+  KILN_ASSIGN_OR_RETURN(QuantGroups groups, quant_groups(call.attrs, x, "quantize"));
+  return std::vector<TensorType>{{q_dtype, x.shape}, {DType::f32, groups.scale_shape}};
+}
+
+// Per element: |x|, a compare for the amax, a divide and a clamp.
+OpCost cost_quantize(const OpCall& call, std::span<const TensorType> outputs) {
+  OpCost cost = ops::streaming_cost(call, outputs, 0.0);
+  cost.flops = 4.0 * static_cast<double>(shape_numel(call.inputs[0].shape));
+  return cost;
+}
+
+Status reference_quantize(const RefCall& call) {
+  const Tensor& x = *call.inputs[0];
+  Tensor& q = call.outputs[0];
+  Tensor& scale = call.outputs[1];
+  KILN_ASSIGN_OR_RETURN(const QuantGroups groups,
+                        quant_groups(call.attrs, TensorType{x.dtype(), x.shape()}, "quantize"));
+  const std::vector<int64_t> group = group_of_elements(x.shape(), groups);
+  const double fmax = dtype_max_finite(q.dtype());
+
+  std::vector<double> amax(static_cast<size_t>(scale.numel()), 0.0);
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    const double v = x.get(i);
+    double& a = amax[group[i]];
+    a = std::isnan(a) || std::isnan(v) ? NAN : std::max(a, std::fabs(v));
+  }
+  // The scale is stored in f32, so x is divided by the f32 value, not the exact quotient: dequantize then
+  // multiplies by exactly the divisor used here.
+  std::vector<double> scales(amax.size());
+  for (size_t g = 0; g < amax.size(); ++g) {
+    const double guarded = std::isnan(amax[g]) ? amax[g] : std::max(amax[g], kMinAmax);
+    scales[g] = round_to_dtype(guarded / fmax, DType::f32);
+    scale.set(static_cast<int64_t>(g), scales[g]);
+  }
+  // The clamp is a safety net, as in the kernels this models: rounding the scale to f32 can put x / scale
+  // above fmax, but by less than FP8 rounding absorbs, so it only matters for a coarser scale.
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    const double scaled = x.get(i) / scales[group[i]];
+    q.set(i, std::isnan(scaled) ? scaled : std::clamp(scaled, -fmax, fmax));
+  }
+  return ok_status();
+}
+
+// ---- dequantize(q, scale) -> y = q * scale ----
+
+Result<std::vector<TensorType>> infer_dequantize(const OpCall& call) {
+  const TensorType& q = call.inputs[0];
+  const TensorType& scale = call.inputs[1];
+  KILN_ASSIGN_OR_RETURN(DType out_dtype, ops::dtype_attr(call.attrs, "dtype", DType::f32));
+  if (!dtype_is_float(out_dtype)) {
+    return attr_error("attribute 'dtype' of dequantize must be a floating dtype, got \"" +
+                      std::string(dtype_name(out_dtype)) + "\"");
+  }
+  if (q.dtype != DType::f8e4m3 && q.dtype != DType::f8e5m2) {
+    return shape_error("dequantize needs an f8e4m3 or f8e5m2 q, got " + type_to_string(q));
+  }
+  KILN_ASSIGN_OR_RETURN(QuantGroups groups, quant_groups(call.attrs, q, "dequantize"));
+  if (scale.shape != groups.scale_shape) {
+    return shape_error("dequantize scale must be " + shape_to_string(groups.scale_shape) + " for granularity \"" +
+                       call.attrs.get_string("granularity", "token") + "\" of q " + type_to_string(q) + ", got " +
+                       type_to_string(scale));
+  }
+  if (scale.dtype != DType::f32) return shape_error("dequantize scale must be f32, got " + type_to_string(scale));
+  return std::vector<TensorType>{{out_dtype, q.shape}};
+}
+
+OpCost cost_dequantize(const OpCall& call, std::span<const TensorType> outputs) {
+  return ops::streaming_cost(call, outputs, 1.0);
+}
+
+Status reference_dequantize(const RefCall& call) {
+  const Tensor& q = *call.inputs[0];
+  const Tensor& scale = *call.inputs[1];
+  Tensor& y = call.outputs[0];
+  KILN_ASSIGN_OR_RETURN(const QuantGroups groups,
+                        quant_groups(call.attrs, TensorType{q.dtype(), q.shape()}, "dequantize"));
+  const std::vector<int64_t> group = group_of_elements(q.shape(), groups);
+  for (int64_t i = 0; i < q.numel(); ++i) y.set(i, q.get(i) * scale.get(group[i]));
+  return ok_status();
+}
+
+constexpr std::string_view kGranularityDoc =
+    "\"tensor\" (one scale), \"token\" (default; one per row of the last axis) or \"block\"";
+constexpr std::string_view kBlockDoc =
+    "granularity \"block\" only: tile sizes of the trailing axes (default [1,128]); the scale has "
+    "ceil(d/b) entries along each";
+
+const AttrSpec kQuantizeAttrs[] = {
+    {"dtype", AttrKind::string, false, "\"f8e4m3\" (default) or \"f8e5m2\""},
+    {"granularity", AttrKind::string, false, kGranularityDoc},
+    {"block", AttrKind::ints, false, kBlockDoc},
+};
+const AttrSpec kDequantizeAttrs[] = {
+    {"dtype", AttrKind::string, false, "output dtype, floating (default \"f32\")"},
+    {"granularity", AttrKind::string, false, kGranularityDoc},
+    {"block", AttrKind::ints, false, kBlockDoc},
+};
+
+}  // namespace
+
+// clang-format off
+const OpDef op_def_quantize{Op::quantize, "quantize", kTraitQuantize | kTraitComposite, 1, 1, kQuantizeAttrs,
+                            infer_quantize, cost_quantize, reference_quantize,
+                            "x -> (fp8 q, f32 scale) per tensor, token or block; scale = amax / fp8 max"};
+const OpDef op_def_dequantize{Op::dequantize, "dequantize", kTraitQuantize, 2, 2, kDequantizeAttrs,
+                              infer_dequantize, cost_dequantize, reference_dequantize,
+                              "q * scale, with the scale layout quantize produces"};
+// clang-format on
+
 }  // namespace kiln

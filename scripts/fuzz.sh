@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Builds the "fuzz" preset (clang, libFuzzer, ASan/UBSan) and runs each parser fuzz target for a bounded time.
+#
+#   scripts/fuzz.sh [SECONDS]     # SECONDS per target, default 30
+#
+# Seeds come from tests/fuzz/corpus/<target>/ (read only); inputs the fuzzer finds go to
+# build/fuzz/corpus/<target>/ and crash reproducers to build/fuzz/artifacts/. Exits non-zero when any target
+# crashes, leaks, hangs or runs out of memory.
+set -euo pipefail
+
+seconds="${1:-30}"
+if ! [[ "$seconds" =~ ^[0-9]+$ ]] || [ "$seconds" -lt 1 ]; then
+  echo "usage: $0 [SECONDS]  (a positive whole number of seconds per target)" >&2
+  exit 2
+fi
+
+cd "$(dirname "$0")/.."
+cmake --preset fuzz >/dev/null
+cmake --build --preset fuzz --target fuzz_text fuzz_json
+
+mkdir -p build/fuzz/artifacts
+status=0
+for name in text json; do
+  target="build/fuzz/tests/fuzz/fuzz_${name}"
+  work="build/fuzz/corpus/${name}"
+  mkdir -p "$work"
+  dict=()
+  if [ -f "tests/fuzz/${name}.dict" ]; then dict=(-dict="tests/fuzz/${name}.dict"); fi
+  echo "== fuzz_${name}: ${seconds}s"
+  if ! "$target" "$work" "tests/fuzz/corpus/${name}" "${dict[@]}" \
+      -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=8192 \
+      -artifact_prefix="build/fuzz/artifacts/${name}-" -print_final_stats=1; then
+    echo "fuzz_${name}: FAILED (reproducer in build/fuzz/artifacts/)" >&2
+    status=1
+  fi
+done
+exit "$status"

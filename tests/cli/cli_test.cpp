@@ -1,0 +1,123 @@
+// Runs the real kiln binary as a user would: good commands succeed, bad input gives exit code != 0 and one
+// clear line on stderr naming what is wrong.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+namespace {
+
+struct CommandResult {
+  int exit_code;
+  std::string out;  // stdout and stderr together
+};
+
+CommandResult run_kiln(const std::string& args) {
+  const std::string command = std::string(KILN_CLI_PATH) + " " + args + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  EXPECT_NE(pipe, nullptr);
+  std::string out;
+  std::array<char, 4096> buffer;
+  size_t n;
+  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) out.append(buffer.data(), n);
+  const int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+std::filesystem::path temp_dir() {
+  auto dir = std::filesystem::temp_directory_path() / ("kiln_cli_test_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+int count_lines(const std::string& s) {
+  int n = 0;
+  for (char c : s) n += c == '\n';
+  return n;
+}
+
+TEST(Cli, HelpAndVersion) {
+  auto r = run_kiln("--help");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_NE(r.out.find("show"), std::string::npos);
+  EXPECT_NE(r.out.find("run"), std::string::npos);
+  EXPECT_NE(r.out.find("export"), std::string::npos);
+  for (const char* sub : {"show", "run", "export", "zoo", "ops"}) {
+    auto s = run_kiln(std::string(sub) + " --help");
+    EXPECT_EQ(s.exit_code, 0) << sub;
+  }
+  EXPECT_EQ(run_kiln("--version").exit_code, 0);
+}
+
+TEST(Cli, ShowReportsFluxParameters) {
+  auto r = run_kiln("show zoo:flux1-dev --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const auto at = r.out.find("\"parameters\"");
+  ASSERT_NE(at, std::string::npos);
+  const double params = std::stod(r.out.substr(r.out.find(':', at) + 1));
+  EXPECT_NEAR(params / 1e9, 11.9, 0.12);
+}
+
+TEST(Cli, RunPrintsChecksumAndIsDeterministic) {
+  auto a = run_kiln("run zoo:flux1-dev:tiny --seed 3");
+  auto b = run_kiln("run zoo:flux1-dev:tiny --seed 3");
+  ASSERT_EQ(a.exit_code, 0) << a.out;
+  EXPECT_NE(a.out.find("checksum"), std::string::npos);
+  auto strip_time = [](std::string s) { return s.substr(s.find('\n')); };  // line 1 has the wall time
+  EXPECT_EQ(strip_time(a.out), strip_time(b.out));
+  auto c = run_kiln("run zoo:flux1-dev:tiny --seed 4");
+  EXPECT_NE(strip_time(a.out), strip_time(c.out));
+}
+
+TEST(Cli, ExportRoundTripsThroughShow) {
+  const auto dir = temp_dir();
+  for (const char* ext : {".json", ".kiln"}) {
+    const std::string file = (dir / (std::string("m") + ext)).string();
+    auto e = run_kiln("export zoo:llama3-8b:tiny -o " + file);
+    ASSERT_EQ(e.exit_code, 0) << e.out;
+    auto direct = run_kiln("show zoo:llama3-8b:tiny --json");
+    auto loaded = run_kiln("show " + file + " --json");
+    ASSERT_EQ(loaded.exit_code, 0) << loaded.out;
+    // Identical apart from the "model" line, which names the source.
+    auto drop_model = [](std::string s) {
+      const auto at = s.find("\"model\"");
+      return s.erase(at, s.find('\n', at) - at);
+    };
+    EXPECT_EQ(drop_model(direct.out), drop_model(loaded.out)) << ext;
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Cli, BadInputIsOneClearLine) {
+  const auto dir = temp_dir();
+  const std::string bad_json = (dir / "bad.json").string();
+  std::ofstream(bad_json) << "{\"format\": \"kiln.graph\", \"nodes\": [";
+  const std::string missing = (dir / "nope.json").string();
+  struct Case {
+    std::string args;
+    std::string needle;
+  } cases[] = {
+      {"show zoo:no-such-model", "no-such-model"},
+      {"show zoo:flux1-dev:bogus_option=3", "bogus_option"},
+      {"show zoo:flux1-dev:img_tokens=abc", "img_tokens"},
+      {"show " + bad_json, "bad.json"},
+      {"show " + missing, "nope.json"},
+      {"export zoo:flux1-dev:tiny -o " + (dir / "x.txt").string(), "x.txt"},
+      {"run zoo:flux1-dev", "--max-memory"},
+      {"run zoo:flux1-dev:tiny --inputs " + missing, "nope.json"},
+      {"frobnicate", "frobnicate"},
+  };
+  for (const Case& c : cases) {
+    auto r = run_kiln(c.args);
+    EXPECT_NE(r.exit_code, 0) << c.args;
+    EXPECT_EQ(count_lines(r.out), 1) << c.args << "\n" << r.out;
+    EXPECT_NE(r.out.find("error"), std::string::npos) << c.args << "\n" << r.out;
+    EXPECT_NE(r.out.find(c.needle), std::string::npos) << c.args << "\n" << r.out;
+  }
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace

@@ -1,0 +1,365 @@
+// Bit-exact checks of kiln's element types: every f16, bf16 and FP8 bit pattern round-trips, ties round to
+// the even neighbour, overflow follows each format's rule, and f16/bf16 agree with independent conversions
+// (the compiler's _Float16, the float-bits RNE formula used by frameworks). Integer and bool stores too.
+#include "ir/dtype.h"
+
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include "ir/tensor.h"
+
+namespace kiln {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// One small float format as the tests see it: its encoder/decoder and the facts they are checked against.
+struct Format {
+  const char* name;
+  DType dtype;
+  uint32_t (*encode)(double);
+  double (*decode)(uint32_t);
+  int total_bits;
+  uint32_t max_finite_bits;  // positive; every positive pattern below it is finite and ordered
+  bool has_infinity;
+  int nan_patterns;  // how many of the 2^total_bits patterns are NaN
+};
+
+const Format kFormats[] = {
+    {"f16", DType::f16, [](double v) -> uint32_t { return f16_bits_from_double(v); },
+     [](uint32_t b) { return f16_bits_to_double(static_cast<uint16_t>(b)); }, 16, 0x7bff, true, 2 * 1023},
+    {"bf16", DType::bf16, [](double v) -> uint32_t { return bf16_bits_from_double(v); },
+     [](uint32_t b) { return bf16_bits_to_double(static_cast<uint16_t>(b)); }, 16, 0x7f7f, true, 2 * 127},
+    {"f8e4m3", DType::f8e4m3, [](double v) -> uint32_t { return f8e4m3_bits_from_double(v); },
+     [](uint32_t b) { return f8e4m3_bits_to_double(static_cast<uint8_t>(b)); }, 8, 0x7e, false, 2},
+    {"f8e5m2", DType::f8e5m2, [](double v) -> uint32_t { return f8e5m2_bits_from_double(v); },
+     [](uint32_t b) { return f8e5m2_bits_to_double(static_cast<uint8_t>(b)); }, 8, 0x7b, true, 2 * 3},
+};
+
+uint32_t sign_bit(const Format& f) { return 1u << (f.total_bits - 1); }
+
+// Counts failures and reports only the first few, so that a broken encoder does not print 65536 lines.
+class FailureLog {
+ public:
+  explicit FailureLog(const char* what) : what_(what) {}
+  ~FailureLog() { EXPECT_EQ(count_, 0) << what_ << ": " << count_ << " failures"; }
+  void fail(const std::string& detail) {
+    if (count_++ < 5) ADD_FAILURE() << what_ << ": " << detail;
+  }
+
+ private:
+  const char* what_;
+  int count_ = 0;
+};
+
+std::string hex(uint32_t bits) {
+  char buffer[16];
+  std::snprintf(buffer, sizeof buffer, "0x%x", bits);
+  return buffer;
+}
+
+TEST(Dtype, NamesSizesAndKinds) {
+  for (int i = 0; i < kDTypeCount; ++i) {
+    const auto d = static_cast<DType>(i);
+    EXPECT_EQ(parse_dtype(dtype_name(d)), d);
+  }
+  EXPECT_FALSE(parse_dtype("f64").has_value());
+  EXPECT_FALSE(parse_dtype("F32").has_value());
+  EXPECT_EQ(dtype_name(DType::boolean), "bool");
+  EXPECT_EQ(dtype_size(DType::f32), 4u);
+  EXPECT_EQ(dtype_size(DType::bf16), 2u);
+  EXPECT_EQ(dtype_size(DType::f8e5m2), 1u);
+  EXPECT_EQ(dtype_size(DType::i64), 8u);
+  EXPECT_EQ(dtype_size(DType::boolean), 1u);
+  EXPECT_TRUE(dtype_is_float(DType::f8e4m3));
+  EXPECT_FALSE(dtype_is_float(DType::i32));
+  EXPECT_TRUE(dtype_is_integer(DType::i64));
+  EXPECT_FALSE(dtype_is_integer(DType::boolean));
+  EXPECT_FALSE(dtype_is_float(DType::boolean));
+}
+
+TEST(Dtype, KnownTableValues) {
+  EXPECT_EQ(dtype_max_finite(DType::f16), 65504.0);
+  EXPECT_EQ(dtype_max_finite(DType::bf16), 3.3895313892515355e38);
+  EXPECT_EQ(dtype_max_finite(DType::f8e4m3), 448.0);
+  EXPECT_EQ(dtype_max_finite(DType::f8e5m2), 57344.0);
+  EXPECT_EQ(dtype_max_finite(DType::f32), static_cast<double>(std::numeric_limits<float>::max()));
+
+  EXPECT_EQ(f16_bits_to_double(0x7bff), 65504.0);
+  EXPECT_EQ(f16_bits_to_double(0x0001), std::ldexp(1.0, -24));  // min subnormal
+  EXPECT_EQ(f16_bits_to_double(0x0400), std::ldexp(1.0, -14));  // min normal
+  EXPECT_EQ(f16_bits_from_double(1.0), 0x3c00);
+  EXPECT_EQ(f16_bits_from_double(-2.0), 0xc000);
+  EXPECT_EQ(bf16_bits_to_double(0x7f7f), 3.3895313892515355e38);
+  EXPECT_EQ(bf16_bits_to_double(0x0001), std::ldexp(1.0, -133));
+  EXPECT_EQ(bf16_bits_from_double(1.0), 0x3f80);
+
+  EXPECT_EQ(f8e4m3_bits_to_double(0x7e), 448.0);
+  EXPECT_EQ(f8e4m3_bits_to_double(0x01), std::ldexp(1.0, -9));
+  EXPECT_EQ(f8e4m3_bits_to_double(0x08), std::ldexp(1.0, -6));
+  EXPECT_EQ(f8e4m3_bits_from_double(1.0), 0x38);
+  EXPECT_EQ(f8e4m3_bits_from_double(464.0), 0x7e);  // the midpoint to 480 ties down to 448
+  EXPECT_TRUE(std::isnan(f8e4m3_bits_to_double(f8e4m3_bits_from_double(480.0))));  // no 480: overflow is NaN
+  EXPECT_TRUE(std::isnan(f8e4m3_bits_to_double(f8e4m3_bits_from_double(464.5))));
+  EXPECT_EQ(f8e4m3_bits_from_double(kInf), 0x7f);  // no infinities: inf becomes NaN
+  EXPECT_EQ(f8e4m3_bits_from_double(-kInf), 0xff);
+  EXPECT_EQ(f8e4m3_bits_from_double(-448.0), 0xfe);
+
+  EXPECT_EQ(f8e5m2_bits_to_double(0x7b), 57344.0);
+  EXPECT_EQ(f8e5m2_bits_to_double(0x01), std::ldexp(1.0, -16));
+  EXPECT_EQ(f8e5m2_bits_to_double(0x7c), kInf);
+  EXPECT_EQ(f8e5m2_bits_from_double(1.0), 0x3c);
+  EXPECT_EQ(f8e5m2_bits_from_double(61440.0), 0x7c);  // midpoint above max ties to inf
+  EXPECT_EQ(f8e5m2_bits_from_double(61439.0), 0x7b);
+  EXPECT_EQ(f8e5m2_bits_from_double(1e6), 0x7c);
+  EXPECT_EQ(f8e5m2_bits_from_double(-1e6), 0xfc);
+
+  // f16 overflow: 65520 is the midpoint between 65504 and the next would-be value 65536.
+  EXPECT_EQ(f16_bits_from_double(65520.0), 0x7c00);
+  EXPECT_EQ(f16_bits_from_double(std::nextafter(65520.0, 0.0)), 0x7bff);
+  const double bf16_max = 3.3895313892515355e38, bf16_half_ulp = std::ldexp(1.0, 119);
+  EXPECT_EQ(bf16_bits_from_double(bf16_max + bf16_half_ulp), 0x7f80);
+  EXPECT_EQ(bf16_bits_from_double(std::nextafter(bf16_max + bf16_half_ulp, 0.0)), 0x7f7f);
+
+  // Underflow keeps the sign.
+  EXPECT_EQ(f16_bits_from_double(-1e-30), 0x8000);
+  EXPECT_EQ(f8e4m3_bits_from_double(-1e-30), 0x80);
+}
+
+// Every bit pattern decodes to a value that encodes back to the same pattern; NaN patterns stay NaN and are
+// exactly the ones the format defines.
+TEST(Dtype, EveryBitPatternRoundTrips) {
+  for (const Format& f : kFormats) {
+    SCOPED_TRACE(f.name);
+    FailureLog log("round trip");
+    int nans = 0, infinities = 0;
+    for (uint32_t bits = 0; bits < (1u << f.total_bits); ++bits) {
+      const double v = f.decode(bits);
+      if (std::isnan(v)) {
+        ++nans;
+        if (!std::isnan(f.decode(f.encode(v)))) log.fail(hex(bits) + ": NaN does not stay NaN");
+        continue;
+      }
+      if (std::isinf(v)) ++infinities;
+      if (f.encode(v) != bits) log.fail(hex(bits) + " -> " + std::to_string(v) + " -> " + hex(f.encode(v)));
+      if (round_to_dtype(v, f.dtype) != v || std::signbit(round_to_dtype(v, f.dtype)) != std::signbit(v)) {
+        log.fail(hex(bits) + ": round_to_dtype changes " + std::to_string(v));
+      }
+    }
+    EXPECT_EQ(nans, f.nan_patterns);
+    EXPECT_EQ(infinities, f.has_infinity ? 2 : 0);
+  }
+}
+
+// Positive finite patterns are ordered like their values, and the pattern after the largest finite one is
+// inf (IEEE formats) or NaN (e4m3).
+TEST(Dtype, PositivePatternsAreOrdered) {
+  for (const Format& f : kFormats) {
+    SCOPED_TRACE(f.name);
+    FailureLog log("order");
+    for (uint32_t bits = 0; bits < f.max_finite_bits; ++bits) {
+      if (!(f.decode(bits) < f.decode(bits + 1))) log.fail(hex(bits) + " is not below the next pattern");
+    }
+    EXPECT_EQ(f.decode(f.max_finite_bits), dtype_max_finite(f.dtype));
+    const double after = f.decode(f.max_finite_bits + 1);
+    EXPECT_TRUE(f.has_infinity ? after == kInf : std::isnan(after));
+  }
+}
+
+// Between each pair of neighbours (including 0 and the smallest subnormal): the exact midpoint rounds to the
+// neighbour with an even last bit; one double step below or above it rounds to the nearer neighbour. Checked
+// for both signs.
+TEST(Dtype, MidpointsRoundToEven) {
+  for (const Format& f : kFormats) {
+    SCOPED_TRACE(f.name);
+    FailureLog log("midpoint");
+    for (uint32_t lo = 0; lo < f.max_finite_bits; ++lo) {
+      const uint32_t hi = lo + 1;
+      const double mid = (f.decode(lo) + f.decode(hi)) / 2;  // exact: the formats are far narrower than double
+      const uint32_t even = lo % 2 == 0 ? lo : hi;
+      if (f.encode(mid) != even) log.fail("midpoint above " + hex(lo) + " gave " + hex(f.encode(mid)));
+      if (f.encode(std::nextafter(mid, 0.0)) != lo) log.fail("just below the midpoint above " + hex(lo));
+      if (f.encode(std::nextafter(mid, kInf)) != hi) log.fail("just above the midpoint above " + hex(lo));
+      if (f.encode(-mid) != (even | sign_bit(f))) log.fail("negative midpoint above " + hex(lo));
+      if (f.encode(-std::nextafter(mid, kInf)) != (hi | sign_bit(f))) log.fail("negative, above " + hex(lo));
+    }
+  }
+}
+
+// Above the largest finite value: values below the next midpoint round to max; from it on, IEEE formats give
+// inf and e4m3 gives NaN. (e4m3's midpoint 464 itself ties to the even 448.)
+TEST(Dtype, OverflowFollowsTheFormat) {
+  for (const Format& f : kFormats) {
+    SCOPED_TRACE(f.name);
+    const double max = f.decode(f.max_finite_bits);
+    const double below_max = f.decode(f.max_finite_bits - 1);
+    const double half_ulp = (max - below_max) / 2;  // the top binade's ulp, which the next value would use
+    EXPECT_EQ(f.encode(max + half_ulp / 2), f.max_finite_bits);
+    const double beyond = f.decode(f.encode(max + half_ulp * 1.5));
+    const double far = f.decode(f.encode(1e300));
+    if (f.has_infinity) {
+      EXPECT_EQ(beyond, kInf);
+      EXPECT_EQ(far, kInf);
+      EXPECT_EQ(f.decode(f.encode(-1e300)), -kInf);
+    } else {
+      EXPECT_TRUE(std::isnan(beyond));
+      EXPECT_TRUE(std::isnan(far));
+    }
+  }
+}
+
+uint16_t compiler_f16_bits(float x) {
+  const auto h = static_cast<_Float16>(x);
+  uint16_t bits;
+  std::memcpy(&bits, &h, 2);
+  return bits;
+}
+
+uint16_t compiler_f16_bits_from_double(double x) {
+  const auto h = static_cast<_Float16>(x);
+  uint16_t bits;
+  std::memcpy(&bits, &h, 2);
+  return bits;
+}
+
+void check_f16_against_compiler(float x, FailureLog& log) {
+  const uint16_t ours = f16_bits_from_double(x);
+  if (std::isnan(x)) {
+    if (!std::isnan(f16_bits_to_double(ours))) log.fail("NaN input");
+    return;
+  }
+  if (ours != compiler_f16_bits(x)) {
+    log.fail(std::to_string(x) + ": kiln " + hex(ours) + ", _Float16 " + hex(compiler_f16_bits(x)));
+  }
+}
+
+// The compiler's float -> _Float16 conversion (IEEE, RNE) over a stride through all floats and over every
+// f16 midpoint and its float neighbours.
+TEST(Dtype, F16MatchesCompilerFloat16) {
+  FailureLog log("f16 vs _Float16");
+  for (uint64_t u = 0; u < (1ull << 32); u += 4093) check_f16_against_compiler(std::bit_cast<float>(uint32_t(u)), log);
+  for (uint32_t lo = 0; lo < 0x7c00; ++lo) {
+    const auto mid = static_cast<float>((f16_bits_to_double(lo) + f16_bits_to_double(lo + 1)) / 2);
+    for (float x : {mid, std::nextafter(mid, 0.0f), std::nextafter(mid, 1e30f)}) {
+      check_f16_against_compiler(x, log);
+      check_f16_against_compiler(-x, log);
+    }
+  }
+  // Doubles too: one rounding straight from double, never through float (which could land on a midpoint).
+  uint64_t state = 12345;
+  for (int i = 0; i < 200000; ++i) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    const double x =
+        std::ldexp(1.0 + static_cast<double>(state >> 12) / 4503599627370496.0, static_cast<int>(state % 50) - 30) *
+        ((state >> 11) & 1 ? -1 : 1);
+    if (f16_bits_from_double(x) != compiler_f16_bits_from_double(x)) log.fail("double " + std::to_string(x));
+  }
+}
+
+// The float-bits formula frameworks use for float -> bf16: add 0x7fff plus the lowest kept bit, truncate.
+uint16_t bf16_bits_by_formula(float x) {
+  const uint32_t u = std::bit_cast<uint32_t>(x);
+  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+void check_bf16_against_formula(float x, FailureLog& log) {
+  const uint16_t ours = bf16_bits_from_double(x);
+  if (std::isnan(x)) {
+    if (!std::isnan(bf16_bits_to_double(ours))) log.fail("NaN input");
+    return;
+  }
+  if (ours != bf16_bits_by_formula(x)) {
+    log.fail(std::to_string(x) + ": kiln " + hex(ours) + ", formula " + hex(bf16_bits_by_formula(x)));
+  }
+}
+
+TEST(Dtype, Bf16MatchesFloatBitsFormula) {
+  FailureLog log("bf16 vs formula");
+  for (uint64_t u = 0; u < (1ull << 32); u += 4093) check_bf16_against_formula(std::bit_cast<float>(uint32_t(u)), log);
+  // Every bf16 midpoint is a float (low half 0x8000); check it and its float neighbours, both signs.
+  for (uint32_t hi = 0; hi < 0x7f80; ++hi) {
+    for (uint32_t low : {0x7fffu, 0x8000u, 0x8001u}) {
+      const uint32_t u = (hi << 16) | low;
+      check_bf16_against_formula(std::bit_cast<float>(u), log);
+      check_bf16_against_formula(std::bit_cast<float>(u | 0x80000000u), log);
+    }
+  }
+}
+
+TEST(Dtype, F32StoreRoundsToNearestEven) {
+  const double ulp = std::ldexp(1.0, -23);  // at 1.0
+  EXPECT_EQ(round_to_dtype(1.0 + ulp / 2, DType::f32), 1.0);
+  EXPECT_EQ(round_to_dtype(1.0 + 3 * ulp / 2, DType::f32), 1.0 + 2 * ulp);
+  EXPECT_EQ(round_to_dtype(std::nextafter(1.0 + ulp / 2, 2.0), DType::f32), 1.0 + ulp);
+  EXPECT_EQ(round_to_dtype(0.1, DType::f32), static_cast<double>(0.1f));
+}
+
+TEST(Dtype, IntegerStoresTruncateAndSaturate) {
+  Tensor i32(DType::i32, {1});
+  Tensor i64(DType::i64, {1});
+  const auto as_i32 = [&](double v) {
+    i32.set(0, v);
+    return i32.get_int(0);
+  };
+  const auto as_i64 = [&](double v) {
+    i64.set(0, v);
+    return i64.get_int(0);
+  };
+  EXPECT_EQ(as_i32(2.9), 2);
+  EXPECT_EQ(as_i32(-2.9), -2);
+  EXPECT_EQ(as_i32(-0.5), 0);
+  EXPECT_EQ(as_i32(3e9), std::numeric_limits<int32_t>::max());
+  EXPECT_EQ(as_i32(-3e9), std::numeric_limits<int32_t>::min());
+  EXPECT_EQ(as_i32(kInf), std::numeric_limits<int32_t>::max());
+  EXPECT_EQ(as_i32(-kInf), std::numeric_limits<int32_t>::min());
+  EXPECT_EQ(as_i32(NAN), 0);
+  EXPECT_EQ(as_i32(2147483647.0), 2147483647);
+  EXPECT_EQ(as_i64(1e19), std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(as_i64(-1e19), std::numeric_limits<int64_t>::min());
+  EXPECT_EQ(as_i64(std::ldexp(1.0, 53)), int64_t{1} << 53);
+  EXPECT_EQ(as_i64(-7.99), -7);
+  EXPECT_EQ(as_i64(NAN), 0);
+  EXPECT_EQ(round_to_dtype(-7.99, DType::i64), -7.0);
+  // Exact integer access bypasses double: 2^53 + 1 survives.
+  i64.set_int(0, (int64_t{1} << 53) + 1);
+  EXPECT_EQ(i64.get_int(0), (int64_t{1} << 53) + 1);
+}
+
+TEST(Dtype, BoolStoresNonzeroAsTrue) {
+  EXPECT_EQ(round_to_dtype(0.0, DType::boolean), 0.0);
+  EXPECT_EQ(round_to_dtype(-0.0, DType::boolean), 0.0);
+  EXPECT_EQ(round_to_dtype(0.25, DType::boolean), 1.0);
+  EXPECT_EQ(round_to_dtype(-3.0, DType::boolean), 1.0);
+  EXPECT_EQ(round_to_dtype(NAN, DType::boolean), 1.0);  // NaN != 0, as bool(float('nan')) in Python
+  Tensor b(DType::boolean, {2});
+  b.set(0, 5.0);
+  EXPECT_EQ(std::to_integer<int>(b.data()[0]), 1);  // stored as the byte 1, not 5
+  EXPECT_EQ(b.get_int(1), 0);
+}
+
+// Tensors hold storage bytes: a bf16 tensor stores 2 bytes per element, rounded on set.
+TEST(Dtype, TensorStoresRoundedBits) {
+  Tensor t(DType::bf16, {3});
+  EXPECT_EQ(t.byte_size(), 6u);
+  t.set(0, 1.0 + std::ldexp(1.0, -8));      // tie between 1 and 1 + 2^-7: even is 1
+  t.set(1, 1.0 + 3 * std::ldexp(1.0, -8));  // tie between 1 + 2^-7 and 1 + 2^-6: even is 1 + 2^-6
+  t.set(2, -1.0);
+  EXPECT_EQ(t.get(0), 1.0);
+  EXPECT_EQ(t.get(1), 1.0 + std::ldexp(1.0, -6));
+  uint16_t bits;
+  std::memcpy(&bits, t.data() + 4, 2);
+  EXPECT_EQ(bits, 0xbf80);
+  const double values[] = {0.1, 70000.0};
+  const Tensor h = Tensor::from_f64(DType::f16, {2}, values);
+  EXPECT_EQ(h.get(0), f16_bits_to_double(f16_bits_from_double(0.1)));
+  EXPECT_EQ(h.get(1), kInf);
+}
+
+}  // namespace
+}  // namespace kiln
