@@ -31,6 +31,8 @@ struct Node {
   std::vector<ValueId> inputs;
   std::vector<ValueId> outputs;
   Attrs attrs;
+  // Fused group this node belongs to (passes/fuse_rows.h): nodes sharing a group become one kernel. -1: none.
+  int32_t group = -1;
 };
 
 struct GraphInput {
@@ -58,6 +60,8 @@ class Graph {
                                               std::vector<std::string> output_names,
                                               std::vector<TensorType> output_types);
   Status add_output(const std::string& output_name, ValueId value);
+  // Annotations that do not change what the graph computes.
+  void set_node_group(NodeId id, int32_t group) { nodes_.at(static_cast<size_t>(id)).group = group; }
 
   const Value& value(ValueId id) const { return values_.at(static_cast<size_t>(id)); }
   const Node& node(NodeId id) const { return nodes_.at(static_cast<size_t>(id)); }

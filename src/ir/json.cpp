@@ -320,8 +320,7 @@ class JsonReader {
       }
       return AttrValue(std::move(floats));
     }
-    return fail(path, "an attribute must be a number, a string or a list of numbers, got " +
-                          std::string(json_kind(j)));
+    return fail(path, "an attribute must be a number, a string or a list of numbers, got " + std::string(json_kind(j)));
   }
 
   Status read_node(const Json& j, const std::string& path) {
@@ -362,7 +361,8 @@ class JsonReader {
     if (j.contains("attrs")) {
       const Json& attrs_json = j["attrs"];
       const std::string attrs_path = field_path(path, "attrs");
-      if (!attrs_json.is_object()) return fail(attrs_path, "must be an object, got " + std::string(json_kind(attrs_json)));
+      if (!attrs_json.is_object())
+        return fail(attrs_path, "must be an object, got " + std::string(json_kind(attrs_json)));
       for (const auto& [key, value] : attrs_json.items()) {
         const AttrSpec* spec = find_attr_spec(op_def(*op), key);
         KILN_ASSIGN_OR_RETURN(AttrValue attr, read_attr(value, spec, field_path(attrs_path, key)));
@@ -439,8 +439,8 @@ std::string print_graph_json(const Graph& graph, int indent) {
   const std::string pad(static_cast<size_t>(indent), ' ');
   std::string out = "{\n";
   for (const auto& [key, value] : header.items()) out += pad + dump(key) + ": " + dump(value) + ",\n";
-  const std::pair<const char*, const OrderedJson*> arrays[] = {{"inputs", &inputs}, {"nodes", &nodes},
-                                                                {"outputs", &outputs}};
+  const std::pair<const char*, const OrderedJson*> arrays[] = {
+      {"inputs", &inputs}, {"nodes", &nodes}, {"outputs", &outputs}};
   for (size_t a = 0; a < std::size(arrays); ++a) {
     const OrderedJson& list = *arrays[a].second;
     out += pad + "\"" + arrays[a].first + "\": [";

@@ -105,6 +105,10 @@ struct RefCall {
 using InferFn = Result<std::vector<TensorType>> (*)(const OpCall& call);
 using CostFn = OpCost (*)(const OpCall& call, std::span<const TensorType> outputs);
 using ReferenceFn = Status (*)(const RefCall& call);
+// How many leading output axes index independent rows: output element [i0..iL-1, rest] reads only input
+// elements of the same leading index (inputs of full rank) or broadcast ones. Fusion groups nodes whose rows
+// line up; an op without this function is never fused (library ops, gathers, sources).
+using IndependentAxesFn = int (*)(const OpCall& call, std::span<const TensorType> outputs);
 
 struct OpDef {
   Op op;
@@ -117,6 +121,7 @@ struct OpDef {
   CostFn cost;
   ReferenceFn reference;
   std::string_view summary;  // one line for `kiln ops` and docs
+  IndependentAxesFn independent_axes = nullptr;
 };
 
 // One definition per op, each in its family file (external linkage comes from these declarations).

@@ -283,8 +283,8 @@ class TextParser {
     bool colon_in_run = !run.empty() && run.back() == ':';
     if (colon_in_run) {
       run.remove_suffix(1);
-    } else if (const size_t colon = run.rfind(':'); colon != std::string_view::npos && peek() == '[' &&
-                                                    parse_dtype(run.substr(colon + 1))) {
+    } else if (const size_t colon = run.rfind(':');
+               colon != std::string_view::npos && peek() == '[' && parse_dtype(run.substr(colon + 1))) {
       // "%x:f32[2]" without a space: the run swallowed the dtype; give it back.
       pos_ = name_start + colon + 1;
       run = run.substr(0, colon);
@@ -312,8 +312,9 @@ class TextParser {
     if (dtype_text.empty()) return error_here("expected a type such as f32[2,3], found " + describe_here());
     std::optional<DType> dtype = parse_dtype(dtype_text);
     if (!dtype) {
-      return error_at(start, ErrorCode::parse_error,
-                      "unknown dtype '" + clip(dtype_text) + "' (known: f32, f16, bf16, f8e4m3, f8e5m2, i32, i64, bool)");
+      return error_at(
+          start, ErrorCode::parse_error,
+          "unknown dtype '" + clip(dtype_text) + "' (known: f32, f16, bf16, f8e4m3, f8e5m2, i32, i64, bool)");
     }
     TensorType type{*dtype, {}};
     KILN_TRY(expect('[', "after the dtype (scalars are written f32[])"));
@@ -367,8 +368,8 @@ class TextParser {
       if (q < text_.size() && (text_[q] == '+' || text_[q] == '-')) ++q;
       if (q >= text_.size() || !is_digit(text_[q])) {
         pos_ = q;
-        return error_at(start, ErrorCode::parse_error, "malformed exponent in number '" +
-                                                           clip(text_.substr(start, q - start)) + "'");
+        return error_at(start, ErrorCode::parse_error,
+                        "malformed exponent in number '" + clip(text_.substr(start, q - start)) + "'");
       }
       while (q < text_.size() && is_digit(text_[q])) ++q;
       p = q;
@@ -420,8 +421,10 @@ class TextParser {
           int byte = 0;
           for (int k = 0; k < 2; ++k) {
             const char h = peek();
-            const int digit = is_digit(h) ? h - '0' : (h >= 'a' && h <= 'f') ? h - 'a' + 10
-                                                    : (h >= 'A' && h <= 'F') ? h - 'A' + 10 : -1;
+            const int digit = is_digit(h)              ? h - '0'
+                              : (h >= 'a' && h <= 'f') ? h - 'a' + 10
+                              : (h >= 'A' && h <= 'F') ? h - 'A' + 10
+                                                       : -1;
             if (digit < 0) return error_at(escape_at, ErrorCode::parse_error, "\\x needs two hex digits");
             byte = byte * 16 + digit;
             ++pos_;
@@ -445,6 +448,12 @@ class TextParser {
     if (peek() == '"') {
       KILN_ASSIGN_OR_RETURN(std::string s, parse_string());
       return AttrValue(std::move(s));
+    }
+    const bool bare_word =
+        is_word_char(peek()) && !is_digit(peek()) && text_.substr(pos_, 3) != "inf" && text_.substr(pos_, 3) != "nan";
+    if (bare_word) {
+      return error_here("expected an attribute value (a number, a \"string\" or a [list]), found " + describe_here() +
+                        " (strings are quoted)");
     }
     if (peek() != '[') return parse_number();
     ++pos_;
@@ -502,8 +511,8 @@ class TextParser {
     if (!binding) {
       const std::string found = binding_text.empty() ? describe_here() : "'" + clip(binding_text) + "'";
       return error_at(binding_at, ErrorCode::parse_error,
-                      "expected a binding (weight, per_step or per_call) after the type of input %" +
-                          definition.first + ", found " + found);
+                      "expected a binding (weight, per_step or per_call) after the type of input %" + definition.first +
+                          ", found " + found);
     }
     auto added = graph_.add_input(definition.first, std::move(definition.second), *binding);
     if (!added.ok()) return with_context(added.error(), where(start));

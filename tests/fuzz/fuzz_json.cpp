@@ -25,7 +25,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view input(reinterpret_cast<const char*>(data), size);
   kiln::Result<kiln::Graph> graph = kiln::parse_graph_json(input, "fuzz.json");
   if (!graph.ok()) {
-    if (graph.error().message.rfind("fuzz.json: ", 0) != 0) fail("error does not name the source", "", graph.error().message);
+    if (graph.error().message.rfind("fuzz.json: ", 0) != 0)
+      fail("error does not name the source", "", graph.error().message);
     return 0;
   }
   kiln::Status verified = kiln::verify_graph(*graph);

@@ -227,6 +227,13 @@ TEST(Attention, FullyMaskedRowGivesZero) {
   for (int64_t i = 0; i < z.numel(); ++i) EXPECT_EQ(z.get(i), 0.0);
 }
 
+TEST(Attention, NoKeysGiveZeros) {
+  const Tensor o = run1({random_tensor(DType::f32, {1, 2, 3, 4}, 37), Tensor(DType::f32, {1, 1, 0, 4}),
+                         Tensor(DType::f32, {1, 1, 0, 5})});
+  EXPECT_EQ(o.shape(), (Shape{1, 2, 3, 5}));
+  EXPECT_EQ(o.to_f64(), std::vector<double>(30, 0.0));
+}
+
 TEST(Attention, IdentityValuesGiveSoftmaxRows) {
   // With v = I (Sk = Dv), out[i, :] is row i of softmax(q k^T * scale): each sums to 1, matches a hand softmax.
   const int64_t sk = 5;

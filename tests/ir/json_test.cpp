@@ -142,8 +142,8 @@ TEST(JsonRoundTrip, TextAndJsonAgreeOnTheDocsExample) {
 }
 
 TEST(JsonFloats, NonFiniteAreStringsAndAllRoundTripExactly) {
-  const double values[] = {0.1, 1.0 / 3.0, 1e-6, 1e300, std::numeric_limits<double>::denorm_min(), -0.0, 1.0,
-                           HUGE_VAL, -HUGE_VAL, std::nan("")};
+  const double values[] = {0.1,  1.0 / 3.0, 1e-6,     1e300,     std::numeric_limits<double>::denorm_min(),
+                           -0.0, 1.0,       HUGE_VAL, -HUGE_VAL, std::nan("")};
   Graph g;
   int i = 0;
   for (double v : values) {
@@ -165,11 +165,11 @@ std::string one_node_json(const std::string& node, const std::string& inputs = "
 // Kinds follow the op's schema: an integer for a float attribute is a float; "inf" is a float only where the
 // schema asks for one.
 TEST(JsonAttrs, CoercedToTheSchema) {
-  const Graph g = parse_ok(one_node_json(
-      "{\"op\":\"full\",\"inputs\":[],\"outputs\":[{\"name\":\"f\",\"dtype\":\"f32\",\"shape\":[2]}],"
-      "\"attrs\":{\"shape\":[2],\"value\":3}},"
-      "{\"op\":\"full\",\"inputs\":[],\"outputs\":[{\"name\":\"i\",\"dtype\":\"f32\",\"shape\":[2]}],"
-      "\"attrs\":{\"shape\":[2],\"value\":\"-inf\"}}"));
+  const Graph g = parse_ok(
+      one_node_json("{\"op\":\"full\",\"inputs\":[],\"outputs\":[{\"name\":\"f\",\"dtype\":\"f32\",\"shape\":[2]}],"
+                    "\"attrs\":{\"shape\":[2],\"value\":3}},"
+                    "{\"op\":\"full\",\"inputs\":[],\"outputs\":[{\"name\":\"i\",\"dtype\":\"f32\",\"shape\":[2]}],"
+                    "\"attrs\":{\"shape\":[2],\"value\":\"-inf\"}}"));
   ASSERT_EQ(g.nodes().size(), 2u);
   EXPECT_TRUE(std::holds_alternative<double>(*g.nodes()[0].attrs.find("value")));
   EXPECT_EQ(g.nodes()[0].attrs.get_float("value", 0), 3.0);

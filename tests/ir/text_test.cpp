@@ -270,7 +270,8 @@ TEST(TextOps, TransformerBlockFromTheDocs) {
 
 // The ```kiln and ```json examples in docs/ir-format.md parse, and the JSON one is printed as shown.
 TEST(TextDocs, ExamplesInTheFormatDocParse) {
-  std::ifstream in(std::string(KILN_TEST_DATA_DIR) + "/../../docs/ir-format.md");
+  const auto repo = std::filesystem::path(__FILE__).parent_path().parent_path().parent_path();
+  std::ifstream in(repo / "docs" / "ir-format.md");
   ASSERT_TRUE(in) << "docs/ir-format.md not found";
   std::string line, block, language;
   int examples = 0;

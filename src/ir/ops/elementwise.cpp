@@ -163,7 +163,7 @@ constexpr uint32_t kEwT = kTraitElementwise | kTraitTranscendental;
 }  // namespace
 
 #define KILN_BINARY(name, traits, summary) \
-  const OpDef op_def_##name{Op::name, #name, traits, 2, 2, {}, infer_binary, cost_binary, reference_binary<f_##name>, summary};
+  const OpDef op_def_##name{Op::name, #name, traits, 2, 2, {}, infer_binary, cost_binary, reference_binary<f_##name>, summary, ops::all_axes_independent};
 KILN_BINARY(add, kEw | kTraitCommutative, "a + b, numpy broadcasting")
 KILN_BINARY(sub, kEw, "a - b, numpy broadcasting")
 KILN_BINARY(mul, kEw | kTraitCommutative, "a * b, numpy broadcasting")
@@ -174,7 +174,7 @@ KILN_BINARY(pow, kEwT, "a ** b, numpy broadcasting")
 #undef KILN_BINARY
 
 #define KILN_UNARY(name, traits, infer, summary) \
-  const OpDef op_def_##name{Op::name, #name, traits, 1, 1, {}, infer, cost_unary, reference_unary<f_##name>, summary};
+  const OpDef op_def_##name{Op::name, #name, traits, 1, 1, {}, infer, cost_unary, reference_unary<f_##name>, summary, ops::all_axes_independent};
 KILN_UNARY(neg, kEw, infer_unary_any, "-x")
 KILN_UNARY(abs, kEw, infer_unary_any, "|x|")
 KILN_UNARY(exp, kEwT, infer_unary, "e^x")
@@ -190,11 +190,11 @@ KILN_UNARY(sin, kEwT, infer_unary, "sine")
 #undef KILN_UNARY
 
 const OpDef op_def_gelu{Op::gelu, "gelu", kEwT | kTraitComposite, 1, 1, kGeluAttrs, infer_gelu, cost_unary,
-                        reference_gelu, "GELU, exact (erf) or tanh approximation"};
+                        reference_gelu, "GELU, exact (erf) or tanh approximation", ops::all_axes_independent};
 const OpDef op_def_cast{Op::cast, "cast", kEw, 1, 1, kCastAttrs, infer_cast, cost_unary, reference_cast,
-                        "convert to another dtype (RNE; integers truncate and saturate)"};
+                        "convert to another dtype (RNE; integers truncate and saturate)", ops::all_axes_independent};
 const OpDef op_def_swiglu{Op::swiglu, "swiglu", kTraitRowwise | kTraitComposite | kTraitTranscendental, 1, 1, {},
                           infer_swiglu, cost_swiglu, reference_swiglu,
-                          "silu(x[..., :F]) * x[..., F:] for x [..., 2F]"};
+                          "silu(x[..., :F]) * x[..., F:] for x [..., 2F]", ops::all_but_last_axis_independent};
 
 }  // namespace kiln

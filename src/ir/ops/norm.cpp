@@ -18,8 +18,9 @@ using ops::shape_error;
 
 // x must be floating and have a last axis to normalize over.
 Status check_row_input(const TensorType& x, const char* op) {
-  if (!dtype_is_float(x.dtype))
+  if (!dtype_is_float(x.dtype)) {
     return shape_error(std::string(op) + " needs a floating input, got " + type_to_string(x));
+  }
   if (x.shape.empty()) return shape_error(std::string(op) + " needs an input of rank >= 1, got " + type_to_string(x));
   return ok_status();
 }

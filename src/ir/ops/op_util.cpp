@@ -113,3 +113,12 @@ Result<std::vector<TensorType>> infer_pending(const OpCall&) {
 OpCost cost_pending(const OpCall&, std::span<const TensorType>) { return {}; }
 Status reference_pending(const RefCall&) { return make_error(ErrorCode::unsupported, "not implemented yet"); }
 }  // namespace kiln::ops
+
+namespace kiln::ops {
+int all_axes_independent(const OpCall&, std::span<const TensorType> outputs) {
+  return static_cast<int>(outputs[0].shape.size());
+}
+int all_but_last_axis_independent(const OpCall&, std::span<const TensorType> outputs) {
+  return std::max(0, static_cast<int>(outputs[0].shape.size()) - 1);
+}
+}  // namespace kiln::ops

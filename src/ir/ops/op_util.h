@@ -49,3 +49,10 @@ Status reference_pending(const RefCall& call);
 #define KILN_PENDING_OP(name)                                                                           \
   const OpDef op_def_##name{Op::name, #name, 0, 0, -1, {}, ops::infer_pending, ops::cost_pending, \
                             ops::reference_pending, "not implemented yet"};
+
+namespace kiln::ops {
+// IndependentAxesFn helpers: every output axis independent (elementwise); all but the last (row ops over
+// the last axis); all but the last two (ops over 2-D trailing tiles).
+int all_axes_independent(const OpCall& call, std::span<const TensorType> outputs);
+int all_but_last_axis_independent(const OpCall& call, std::span<const TensorType> outputs);
+}  // namespace kiln::ops

@@ -108,7 +108,7 @@ OpCost cost_reshape(const OpCall&, std::span<const TensorType>) { return {}; }
 
 Status reference_reshape(const RefCall& call) {
   const Tensor& x = *call.inputs[0];
-  std::memcpy(call.outputs[0].data(), x.data(), x.byte_size());
+  if (x.byte_size() > 0) std::memcpy(call.outputs[0].data(), x.data(), x.byte_size());
   return ok_status();
 }
 
@@ -205,7 +205,7 @@ Status reference_concat(const RefCall& call) {
   for (const Tensor* in : call.inputs) {
     const AxisSplit s = split_at(in->shape(), axis);
     const int64_t run = s.dim * s.inner * es;
-    for (int64_t r = 0; r < o.outer; ++r) {
+    for (int64_t r = 0; run > 0 && r < o.outer; ++r) {
       std::memcpy(out.data() + (r * o.dim + position) * o.inner * es, in->data() + r * run, static_cast<size_t>(run));
     }
     position += s.dim;
@@ -246,7 +246,7 @@ Status reference_split(const RefCall& call) {
   for (Tensor& out : call.outputs) {
     const int64_t dim = out.shape()[axis];
     const int64_t run = dim * s.inner * es;
-    for (int64_t r = 0; r < s.outer; ++r) {
+    for (int64_t r = 0; run > 0 && r < s.outer; ++r) {
       std::memcpy(out.data() + r * run, x.data() + (r * s.dim + position) * s.inner * es, static_cast<size_t>(run));
     }
     position += dim;
@@ -343,7 +343,7 @@ Status reference_gather(const RefCall& call) {
     rows[n] = wrapped;
   }
   const auto run = static_cast<int64_t>(dtype_size(data.dtype())) * s.inner;
-  for (int64_t o = 0; o < s.outer; ++o) {
+  for (int64_t o = 0; run > 0 && o < s.outer; ++o) {
     for (int64_t n = 0; n < count; ++n) {
       std::memcpy(out.data() + (o * count + n) * run, data.data() + (o * s.dim + rows[n]) * run,
                   static_cast<size_t>(run));

@@ -1,0 +1,37 @@
+// Row fusion: groups memory-bound nodes that one kernel can compute — chains of elementwise ops, row
+// reductions and row-preserving views over the same rows — so their intermediates never touch memory.
+//
+// One legality rule, written once (`can_fuse`), decides every merge:
+//   * every member is fusible: its op declares independent leading axes (OpDef::independent_axes);
+//   * rows line up: all members' outputs share a leading prefix P of L axes, no member reduces or moves data
+//     across those axes (L <= each member's independent axes), and an edge inside the group never broadcasts
+//     along P (row r reads only row r of its in-group producers);
+//   * a row fits one thread block: every member's input and output rows hold <= max_row_elements elements;
+//   * no cycles: no path leaves the group and comes back into it.
+// Each node is in at most one group, so no work is duplicated; a member's value is written to memory only when
+// something outside its group reads it. Bias adds, residual updates, gates, modulation, SwiGLU/GELU, q/k
+// RMSNorm, RoPE and FP8 quantization fold into their neighbours by this rule alone.
+#pragma once
+
+#include "passes/pass.h"
+
+namespace kiln::passes {
+
+struct FuseOptions {
+  int64_t max_row_elements = 65536;
+};
+
+PassResult fuse_row_groups(const Graph& graph, const FuseOptions& options = {});
+
+// Fused groups of a graph (from Node::group): members in order, the values they read from outside, the values
+// they write, and the bytes a kernel for the group moves (inputs read once, outputs written once).
+struct FusedGroup {
+  int32_t id;
+  std::vector<NodeId> members;
+  std::vector<ValueId> inputs;
+  std::vector<ValueId> outputs;
+  double bytes = 0;
+};
+std::vector<FusedGroup> collect_fused_groups(const Graph& graph);
+
+}  // namespace kiln::passes
