@@ -325,7 +325,7 @@ class JsonReader {
 
   Status read_node(const Json& j, const std::string& path) {
     if (!j.is_object()) return fail(path, "a node must be an object, got " + std::string(json_kind(j)));
-    KILN_TRY(check_fields(j, path, {"op", "inputs", "outputs", "attrs"}));
+    KILN_TRY(check_fields(j, path, {"op", "inputs", "outputs", "attrs", "group"}));
     KILN_ASSIGN_OR_RETURN(const Json* op_json, field(j, path, "op"));
     KILN_ASSIGN_OR_RETURN(std::string op_text, to_string(*op_json, field_path(path, "op")));
     std::optional<Op> op = find_op(op_text);
@@ -369,9 +369,18 @@ class JsonReader {
         attrs.set(key, std::move(attr));
       }
     }
+    int32_t group = -1;
+    if (j.contains("group")) {
+      const Json& g = j["group"];
+      if (!g.is_number_integer() || g.get<int64_t>() < 0 || g.get<int64_t>() > INT32_MAX) {
+        return fail(field_path(path, "group"), "must be a non-negative integer (a fused group id)");
+      }
+      group = static_cast<int32_t>(g.get<int64_t>());
+    }
     serial::coerce_attrs_to_schema(*op, attrs);
     auto added = graph_.add_node_typed(*op, std::move(inputs), std::move(attrs), std::move(names), std::move(types));
     if (!added.ok()) return with_context(added.error(), source_ + ": " + path);
+    graph_.set_node_group(static_cast<NodeId>(graph_.nodes().size()) - 1, group);
     return ok_status();
   }
 
@@ -421,6 +430,7 @@ std::string print_graph_json(const Graph& graph, int indent) {
       for (const auto& [name, value] : node.attrs.entries()) attrs[name] = attr_json(value);
       j["attrs"] = std::move(attrs);
     }
+    if (node.group >= 0) j["group"] = node.group;
     nodes.push_back(std::move(j));
   }
   OrderedJson outputs = OrderedJson::array();

@@ -100,6 +100,7 @@ void append_node(std::string& out, const Graph& graph, const Node& node) {
     }
     out += '}';
   }
+  if (node.group >= 0) out += " @g" + std::to_string(node.group);
   out += '\n';
 }
 
@@ -553,9 +554,25 @@ class TextParser {
     if (consume('{')) {
       KILN_ASSIGN_OR_RETURN(attrs, parse_attrs());
     }
+    // Optional fused-group annotation: @g<N>.
+    int32_t group = -1;
+    if (consume('@')) {
+      const size_t group_at = pos_;
+      if (pos_ >= text_.size() || text_[pos_] != 'g') {
+        return error_at(group_at, ErrorCode::parse_error, "expected a group annotation such as @g3");
+      }
+      ++pos_;
+      KILN_ASSIGN_OR_RETURN(AttrValue number, parse_number());
+      if (attr_kind_of(number) != AttrKind::int_ || std::get<int64_t>(number) < 0 ||
+          std::get<int64_t>(number) > INT32_MAX) {
+        return error_at(group_at, ErrorCode::parse_error, "a group is a non-negative integer, as in @g3");
+      }
+      group = static_cast<int32_t>(std::get<int64_t>(number));
+    }
     serial::coerce_attrs_to_schema(*op, attrs);
     auto added = graph_.add_node_typed(*op, std::move(inputs), std::move(attrs), std::move(names), std::move(types));
     if (!added.ok()) return with_context(added.error(), where(start));
+    graph_.set_node_group(static_cast<NodeId>(graph_.nodes().size()) - 1, group);
     return ok_status();
   }
 

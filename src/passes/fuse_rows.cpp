@@ -5,6 +5,7 @@
 #include <set>
 
 #include "fmt/format.h"
+#include "passes/staging.h"
 
 namespace kiln::passes {
 namespace {
@@ -23,31 +24,39 @@ class RowFuser {
  public:
   RowFuser(const Graph& g, const FuseOptions& options)
       : g_(g), options_(options), group_(g.nodes().size(), -1), axes_(g.nodes().size(), -1),
-        consumers_(g.values().size()) {
+        consumers_(g.values().size()), binding_time_(classify_binding_times(g)) {
+    for (const GraphOutput& o : g.outputs()) graph_outputs_.insert(o.value);
     for (NodeId id = 0; id < node_count(); ++id) {
       axes_[id] = independent_axes(g, id);
       for (ValueId v : g.node(id).inputs) consumers_[v].push_back(id);
     }
   }
 
-  // Greedy, in topological order: each fusible node starts a group and absorbs its producers' groups when
-  // the one rule allows it.
+  // Greedy merging of neighbouring groups, repeated to a fixed point. The first phase only grows groups that
+  // hold a reduction (the anchors: a row is what one block reduces), so prologues and epilogues gather
+  // around the reduction they feed; the second phase lets the remaining elementwise ops and views join any
+  // neighbour the rule allows.
   void run() {
     for (NodeId id = 0; id < node_count(); ++id) {
-      if (axes_[id] < 0) continue;
-      const int32_t mine = new_group(id);
-      std::vector<int32_t> producers;
-      for (ValueId v : g_.node(id).inputs) {
-        const NodeId p = g_.value(v).producer;
-        if (p >= 0 && group_[p] >= 0 && group_[p] != mine &&
-            std::find(producers.begin(), producers.end(), group_[p]) == producers.end()) {
-          producers.push_back(group_[p]);
+      if (axes_[id] >= 0) new_group(id);
+    }
+    for (bool anchored : {true, false}) {
+      bool changed = true;
+      while (changed) {
+        changed = false;
+        for (NodeId id = 0; id < node_count(); ++id) {
+          if (group_[id] < 0) continue;
+          for (ValueId v : g_.node(id).inputs) {
+            const NodeId p = g_.value(v).producer;
+            if (p < 0 || group_[p] < 0 || group_[p] == group_[id]) continue;
+            const int32_t mine = group_[id], theirs = group_[p];
+            if (anchored && !has_row_structure(members_[mine]) && !has_row_structure(members_[theirs])) continue;
+            if (can_fuse(mine, theirs)) {
+              merge(theirs, mine);
+              changed = true;
+            }
+          }
         }
-      }
-      for (int32_t other : producers) {
-        if (members_[other].empty()) continue;  // merged away already
-        const int32_t current = group_[id];
-        if (can_fuse(current, other)) merge(other, current);
       }
     }
   }
@@ -93,15 +102,75 @@ class RowFuser {
   bool can_fuse(int32_t a, int32_t b) const {
     std::vector<NodeId> all = members_[a];
     all.insert(all.end(), members_[b].begin(), members_[b].end());
-    return rows_line_up(all) && !creates_cycle(a, b);
+    std::sort(all.begin(), all.end());
+    // One stage: load-time, per-step and per-call work never share a kernel.
+    if (time_of(members_[a][0]) != time_of(members_[b][0])) return false;
+    const int merged = row_axes(all);
+    if (merged < 0) return false;
+    // Rows may not coarsen: a merge that leaves fewer independent rows than a group with reductions had
+    // trades parallelism for a saved round trip and is refused. Other groups adopt their partner's rows.
+    for (int32_t grp : {a, b}) {
+      if (has_row_structure(members_[grp]) && merged < row_axes(members_[grp])) return false;
+    }
+    return !creates_cycle(a, b);
   }
 
-  bool rows_line_up(const std::vector<NodeId>& members) const {
-    std::set<NodeId> in_group(members.begin(), members.end());
-    // L: the common leading prefix of all member outputs, capped by each member's independent axes.
-    const Shape& first = g_.value(g_.node(members[0]).outputs[0]).type.shape;
-    size_t prefix = first.size();
+  // Reductions (and row ops) fix a group's rows: a row is what one thread block reduces. Elementwise ops and
+  // views adapt to whatever rows their group has.
+  bool has_row_structure(const std::vector<NodeId>& members) const {
     for (NodeId m : members) {
+      if (op_has_trait(g_.node(m).op, kTraitReduction) || op_has_trait(g_.node(m).op, kTraitRowwise)) return true;
+    }
+    return false;
+  }
+
+  Binding time_of(NodeId id) const { return binding_time_[g_.node(id).outputs[0]]; }
+
+  // Prologue members are elementwise ops and views whose values never leave the group and that read only
+  // outside values or other prologue members: a kernel recomputes them per element while loading, through
+  // whatever index map they form, so their rows need not line up. Everything else is a row member.
+  std::vector<bool> prologue_members(const std::vector<NodeId>& members) const {
+    std::set<NodeId> in_group(members.begin(), members.end());
+    std::vector<bool> prologue(members.size(), false);
+    std::map<NodeId, bool> is_prologue;
+    for (size_t i = 0; i < members.size(); ++i) {  // members are in topological order
+      const Node& n = g_.node(members[i]);
+      bool ok = op_has_trait(n.op, kTraitElementwise) || op_has_trait(n.op, kTraitView);
+      for (ValueId v : n.inputs) {
+        const NodeId p = g_.value(v).producer;
+        if (p >= 0 && in_group.count(p) && !is_prologue[p]) ok = false;
+      }
+      for (ValueId v : n.outputs) {
+        if (graph_outputs_.count(v)) ok = false;
+        for (NodeId c : consumers_[v]) {
+          ok = ok && in_group.count(c);
+          // Recomputing per element is free only for cheap math: a transcendental value that a consumer
+          // reads broadcast (a cos/sin table shared by every head) would be recomputed many times over.
+          if (op_has_trait(n.op, kTraitTranscendental) &&
+              g_.value(v).type.shape != g_.value(g_.node(c).outputs[0]).type.shape) {
+            ok = false;
+          }
+        }
+      }
+      prologue[i] = ok;
+      is_prologue[members[i]] = ok;
+    }
+    return prologue;
+  }
+
+  // The number L of leading axes along which the members' rows line up, or -1 when they do not. L is the
+  // common leading prefix of the row members' outputs, capped by each one's independent axes; every row
+  // (input and output) must hold at most max_row_elements.
+  int row_axes(const std::vector<NodeId>& members) const {
+    const std::vector<bool> prologue = prologue_members(members);
+    std::vector<NodeId> rows_of;
+    for (size_t i = 0; i < members.size(); ++i) {
+      if (!prologue[i]) rows_of.push_back(members[i]);
+    }
+    if (rows_of.empty()) rows_of.push_back(members.back());  // a pure prologue writes nothing; keep a shape
+    const Shape& first = g_.value(g_.node(rows_of[0]).outputs[0]).type.shape;
+    size_t prefix = first.size();
+    for (NodeId m : rows_of) {
       prefix = std::min(prefix, static_cast<size_t>(axes_[m]));
       for (ValueId v : g_.node(m).outputs) {
         const Shape& s = g_.value(v).type.shape;
@@ -112,30 +181,29 @@ class RowFuser {
     }
     int64_t rows = 1;
     for (size_t i = 0; i < prefix; ++i) rows *= first[i];
-    for (NodeId m : members) {
+    std::set<NodeId> row_set(rows_of.begin(), rows_of.end());
+    for (NodeId m : rows_of) {
       const Node& n = g_.node(m);
       const Shape& out = g_.value(n.outputs[0]).type.shape;
       for (ValueId v : n.outputs) {
-        if (shape_numel(g_.value(v).type.shape) > rows * options_.max_row_elements) return false;
+        if (shape_numel(g_.value(v).type.shape) > rows * options_.max_row_elements) return -1;
       }
       for (ValueId v : n.inputs) {
         const Shape& s = g_.value(v).type.shape;
         const NodeId p = g_.value(v).producer;
-        const bool in_group_edge = p >= 0 && in_group.count(p);
-        // Elementwise broadcasting aligns shapes on the right: a lower-rank input is broadcast along the
-        // leading axes, so inside a group it would be one row feeding every row.
-        if (in_group_edge && op_has_trait(n.op, kTraitElementwise) && s.size() != out.size() && prefix > 0) {
-          return false;
-        }
-        // A row-aligned outside input (e.g. what a reduction reads) must fit a row too; broadcast inputs
-        // (weights, cos/sin tables) are read through index maps and may be any size.
-        if (!in_group_edge && !broadcasts_along_rows(s, out, prefix) &&
+        const bool row_edge = p >= 0 && row_set.count(p);
+        // Elementwise broadcasting aligns shapes on the right: a lower-rank in-group input is broadcast
+        // along the leading axes, so it would be one row feeding every row.
+        if (row_edge && op_has_trait(n.op, kTraitElementwise) && s.size() != out.size() && prefix > 0) return -1;
+        // A row-aligned input read from outside (or through a prologue) must fit a row too; broadcast inputs
+        // (weights, cos/sin tables, modulation vectors) are read through index maps and may be any size.
+        if (!row_edge && !broadcasts_along_rows(s, out, prefix) &&
             shape_numel(s) > rows * options_.max_row_elements) {
-          return false;
+          return -1;
         }
       }
     }
-    return true;
+    return static_cast<int>(prefix);
   }
 
   // An outside input broadcast to the output: it is read through an index map, so its size does not matter.
@@ -187,6 +255,8 @@ class RowFuser {
   std::vector<int> axes_;
   std::vector<std::vector<NodeId>> consumers_;
   std::vector<std::vector<NodeId>> members_;
+  std::vector<Binding> binding_time_;
+  std::set<ValueId> graph_outputs_;
 };
 
 }  // namespace
@@ -238,6 +308,49 @@ std::vector<FusedGroup> collect_fused_groups(const Graph& graph) {
     out.push_back(std::move(fg));
   }
   return out;
+}
+
+}  // namespace kiln::passes
+
+namespace kiln::passes {
+namespace {
+
+bool is_memory_bound_kernel(Op op) {
+  return !op_has_trait(op, kTraitMatmul) && !op_has_trait(op, kTraitAttention) && !op_has_trait(op, kTraitSource) &&
+         op != Op::reshape;
+}
+
+}  // namespace
+
+KernelSummary summarize_memory_bound_kernels(const Graph& original, const Graph& fused) {
+  KernelSummary s;
+  const std::vector<Binding> time_before = classify_binding_times(original);
+  const std::vector<Binding> time_after = classify_binding_times(fused);
+  // Only per-call and per-step work is launched while serving; load-time work runs once.
+  auto served = [](const std::vector<Binding>& t, const Node& n) {
+    return n.outputs.empty() || t[n.outputs[0]] != Binding::weight;
+  };
+  for (const Node& n : original.nodes()) {
+    if (!is_memory_bound_kernel(n.op) || !served(time_before, n)) continue;
+    ++s.kernels_before;
+    s.bytes_before += node_cost(original, static_cast<NodeId>(&n - original.nodes().data())).bytes;
+  }
+  for (const FusedGroup& g : collect_fused_groups(fused)) {
+    bool counts = false;
+    for (NodeId m : g.members) {
+      counts = counts || (is_memory_bound_kernel(fused.node(m).op) && served(time_after, fused.node(m)));
+    }
+    if (!counts) continue;
+    ++s.kernels_after;
+    s.bytes_after += g.bytes;
+  }
+  for (NodeId id = 0; id < static_cast<NodeId>(fused.nodes().size()); ++id) {
+    const Node& n = fused.node(id);
+    if (n.group >= 0 || !is_memory_bound_kernel(n.op) || !served(time_after, n)) continue;
+    ++s.kernels_after;
+    s.bytes_after += node_cost(fused, id).bytes;
+  }
+  return s;
 }
 
 }  // namespace kiln::passes

@@ -35,3 +35,18 @@ struct FusedGroup {
 std::vector<FusedGroup> collect_fused_groups(const Graph& graph);
 
 }  // namespace kiln::passes
+
+namespace kiln::passes {
+
+// Memory-bound kernels of a graph as a naive lowering would launch them (one per op that is not a library
+// op, a source or a free reshape) against the fused graph (one per group plus the unfused rest), with the
+// bytes each moves.
+struct KernelSummary {
+  int kernels_before = 0;
+  int kernels_after = 0;
+  double bytes_before = 0;
+  double bytes_after = 0;
+};
+KernelSummary summarize_memory_bound_kernels(const Graph& original, const Graph& fused);
+
+}  // namespace kiln::passes

@@ -3,6 +3,8 @@
 
 #include "passes/cse.h"
 #include "passes/dce.h"
+#include "passes/decompose.h"
+#include "passes/fuse_rows.h"
 
 namespace kiln::passes {
 namespace {
@@ -13,9 +15,13 @@ struct PassEntry {
   PassResult (*run)(const Graph&);
 };
 
+PassResult fuse_rows_default(const Graph& g) { return fuse_row_groups(g); }
+
 const PassEntry kPipeline[] = {
-    {"cse", Exactness::exact, eliminate_common_subexpressions},
+    {"decompose", Exactness::reassociating, decompose_composites},  // composites -> primitives
+    {"cse", Exactness::exact, eliminate_common_subexpressions},     // structural hashing
     {"dce", Exactness::exact, eliminate_dead_code},
+    {"fuse-rows", Exactness::exact, fuse_rows_default},              // annotates fused groups
 };
 
 }  // namespace

@@ -81,3 +81,29 @@ TEST(ZooRoundTrip, ReparsedTinyModelsComputeTheSameBits) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+TEST(GroupAnnotation, SurvivesTextAndJson) {
+  auto g = parse_graph_text(R"(graph g {
+      input %x: f32[2,3] per_call
+      %a: f32[2,3] = exp(%x) @g0
+      %b: f32[2,3] = tanh(%a) {} @g0
+      %c: f32[2,3] = neg(%b) @g7
+      output out = %c
+    })");
+  ASSERT_TRUE(g.ok()) << g.error().message;
+  EXPECT_EQ(g->node(0).group, 0);
+  EXPECT_EQ(g->node(2).group, 7);
+  const std::string text = print_graph_text(*g);
+  EXPECT_NE(text.find("neg(%b) @g7"), std::string::npos);
+  auto back = parse_graph_json(print_graph_json(*g));
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(print_graph_text(*back), text);
+  EXPECT_FALSE(parse_graph_text("graph g { input %x: f32[2] per_call %a: f32[2] = exp(%x) @x1 output o = %a }").ok());
+  EXPECT_FALSE(parse_graph_text("graph g { input %x: f32[2] per_call %a: f32[2] = exp(%x) @g-1 output o = %a }").ok());
+}
+
+}  // namespace
+}  // namespace kiln

@@ -252,17 +252,27 @@ constexpr uint32_t kRowComposite = kTraitRowwise | kTraitComposite;
 
 }  // namespace
 
+// Rows are the axes before the softmax axis.
+int independent_axes_softmax(const OpCall& call, std::span<const TensorType>) {
+  const auto rank = static_cast<int64_t>(call.inputs[0].shape.size());
+  return static_cast<int>(ops::normalize_axis(call.attrs.get_int("axis", -1), rank).value_or(0));
+}
+
 // clang-format off
 const OpDef op_def_layernorm{Op::layernorm, "layernorm", kRowComposite | kTraitTranscendental, 1, 3, kLayernormAttrs,
                              infer_layernorm, cost_layernorm, reference_layernorm,
-                             "(x - mean) / sqrt(var + eps) * weight + bias over the last axis"};
+                             "(x - mean) / sqrt(var + eps) * weight + bias over the last axis",
+                             ops::all_but_last_axis_independent};
 const OpDef op_def_rmsnorm{Op::rmsnorm, "rmsnorm", kRowComposite | kTraitTranscendental, 1, 2, kRmsnormAttrs,
                            infer_rmsnorm, cost_rmsnorm, reference_rmsnorm,
-                           "x / sqrt(mean(x^2) + eps) * weight over the last axis"};
+                           "x / sqrt(mean(x^2) + eps) * weight over the last axis",
+                           ops::all_but_last_axis_independent};
 const OpDef op_def_softmax{Op::softmax, "softmax", kRowComposite | kTraitTranscendental, 1, 1, kSoftmaxAttrs,
-                           infer_softmax, cost_softmax, reference_softmax, "exp(x) / sum(exp(x)) over one axis"};
+                           infer_softmax, cost_softmax, reference_softmax, "exp(x) / sum(exp(x)) over one axis",
+                           independent_axes_softmax};
 const OpDef op_def_rope{Op::rope, "rope", kRowComposite, 3, 3, kRopeAttrs, infer_rope, cost_rope, reference_rope,
-                        "rotary embedding: rotate pairs of the last axis by (cos, sin)"};
+                        "rotary embedding: rotate pairs of the last axis by (cos, sin)",
+                        ops::all_but_last_axis_independent};
 // clang-format on
 
 }  // namespace kiln

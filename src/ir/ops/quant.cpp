@@ -210,13 +210,27 @@ const AttrSpec kDequantizeAttrs[] = {
 
 }  // namespace
 
+// Rows: none for one scale per tensor; all but the last axis per token; the axes before the block's axes.
+int independent_axes_quant(const OpCall& call, std::span<const TensorType>) {
+  const auto rank = static_cast<int>(call.inputs[0].shape.size());
+  const std::string granularity = call.attrs.get_string("granularity", "token");
+  if (granularity == "tensor") return 0;
+  if (granularity == "token") return std::max(0, rank - 1);
+  // Leading block extents of 1 (the 1 of a 1x128 activation block) keep their axes independent.
+  const std::vector<int64_t> block = call.attrs.get_ints("block", {1, 128});
+  int independent = rank - static_cast<int>(block.size());
+  for (size_t i = 0; i < block.size() && block[i] == 1; ++i) ++independent;
+  return std::max(0, independent);
+}
+
 // clang-format off
 const OpDef op_def_quantize{Op::quantize, "quantize", kTraitQuantize | kTraitComposite, 1, 1, kQuantizeAttrs,
                             infer_quantize, cost_quantize, reference_quantize,
-                            "x -> (fp8 q, f32 scale) per tensor, token or block; scale = amax / fp8 max"};
+                            "x -> (fp8 q, f32 scale) per tensor, token or block; scale = amax / fp8 max",
+                            independent_axes_quant};
 const OpDef op_def_dequantize{Op::dequantize, "dequantize", kTraitQuantize, 2, 2, kDequantizeAttrs,
                               infer_dequantize, cost_dequantize, reference_dequantize,
-                              "q * scale, with the scale layout quantize produces"};
+                              "q * scale, with the scale layout quantize produces", independent_axes_quant};
 // clang-format on
 
 }  // namespace kiln

@@ -137,9 +137,19 @@ const AttrSpec kReduceAttrs[] = {
 }  // namespace
 
 // clang-format off
+// Rows are the axes before the first reduced one.
+int independent_axes_reduce(const OpCall& call, std::span<const TensorType>) {
+  const auto rank = static_cast<int64_t>(call.inputs[0].shape.size());
+  int64_t first = rank;
+  for (int64_t axis : call.attrs.get_ints("axes")) {
+    if (auto a = ops::normalize_axis(axis, rank)) first = std::min(first, *a);
+  }
+  return static_cast<int>(first);
+}
+
 #define KILN_REDUCE(name, kind, summary)                                                                     \
   const OpDef op_def_##name{Op::name, #name, kTraitReduction, 1, 1, kReduceAttrs, infer_reduce<kind>,       \
-                            cost_reduce<kind>, reference_reduce<kind>, summary};
+                            cost_reduce<kind>, reference_reduce<kind>, summary, independent_axes_reduce};
 KILN_REDUCE(reduce_sum, ReduceKind::sum, "sum over axes")
 KILN_REDUCE(reduce_mean, ReduceKind::mean, "mean over axes (floating inputs)")
 KILN_REDUCE(reduce_max, ReduceKind::max, "maximum over axes (NaN propagates)")

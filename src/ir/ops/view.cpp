@@ -372,18 +372,47 @@ const AttrSpec kGatherAttrs[] = {
 
 }  // namespace
 
+// Independent rows of views: the leading axes a view leaves untouched.
+int independent_axes_reshape(const OpCall& call, std::span<const TensorType> outputs) {
+  const Shape& in = call.inputs[0].shape;
+  const Shape& out = outputs[0].shape;
+  size_t k = 0;
+  while (k < in.size() && k < out.size() && in[k] == out[k]) ++k;
+  return static_cast<int>(k);
+}
+int independent_axes_transpose(const OpCall& call, std::span<const TensorType>) {
+  const std::vector<int64_t> perm = call.attrs.get_ints("perm");
+  size_t k = 0;
+  while (k < perm.size() && perm[k] == static_cast<int64_t>(k)) ++k;
+  return static_cast<int>(k);
+}
+int independent_axes_broadcast(const OpCall& call, std::span<const TensorType> outputs) {
+  const Shape& in = call.inputs[0].shape;
+  const Shape& out = outputs[0].shape;
+  if (in.size() != out.size()) return 0;  // new leading axes: every row reads the same input
+  size_t k = 0;
+  while (k < in.size() && in[k] == out[k]) ++k;
+  return static_cast<int>(k);
+}
+int independent_axes_before_axis(const OpCall& call, std::span<const TensorType>) {
+  const auto rank = static_cast<int64_t>(call.inputs[0].shape.size());
+  return static_cast<int>(ops::normalize_axis(call.attrs.get_int("axis", 0), rank).value_or(0));
+}
+
 const OpDef op_def_reshape{Op::reshape, "reshape", kTraitView, 1, 1, kReshapeAttrs, infer_reshape, cost_reshape,
-                           reference_reshape, "same elements in a new shape (row-major order kept)"};
+                           reference_reshape, "same elements in a new shape (row-major order kept)",
+                           independent_axes_reshape};
 const OpDef op_def_transpose{Op::transpose, "transpose", kTraitView, 1, 1, kTransposeAttrs, infer_transpose,
-                             cost_copy, reference_transpose, "permute dims: out.shape[i] = x.shape[perm[i]]"};
+                             cost_copy, reference_transpose, "permute dims: out.shape[i] = x.shape[perm[i]]",
+                             independent_axes_transpose};
 const OpDef op_def_broadcast{Op::broadcast, "broadcast", kTraitView, 1, 1, kBroadcastAttrs, infer_broadcast,
-                             cost_copy, reference_broadcast, "expand to a shape, numpy rules"};
+                             cost_copy, reference_broadcast, "expand to a shape, numpy rules", independent_axes_broadcast};
 const OpDef op_def_concat{Op::concat, "concat", kTraitView, 1, -1, kConcatAttrs, infer_concat, cost_copy,
-                          reference_concat, "join inputs along an axis"};
+                          reference_concat, "join inputs along an axis", independent_axes_before_axis};
 const OpDef op_def_split{Op::split, "split", kTraitView, 1, 1, kSplitAttrs, infer_split, cost_copy,
-                         reference_split, "cut along an axis into pieces of given sizes"};
+                         reference_split, "cut along an axis into pieces of given sizes", independent_axes_before_axis};
 const OpDef op_def_slice{Op::slice, "slice", kTraitView, 1, 1, kSliceAttrs, infer_slice, cost_slice,
-                         reference_slice, "x[start:end:step] along an axis, Python semantics"};
+                         reference_slice, "x[start:end:step] along an axis, Python semantics", independent_axes_before_axis};
 const OpDef op_def_gather{Op::gather, "gather", kTraitView, 2, 2, kGatherAttrs, infer_gather, cost_gather,
                           reference_gather, "select along an axis by i32/i64 indices (embedding lookup)"};
 

@@ -1,0 +1,136 @@
+#include "passes/fuse_rows.h"
+
+#include <gtest/gtest.h>
+
+#include "models/weights.h"
+#include "models/zoo.h"
+#include "pass_test_util.h"
+#include "passes/pipeline.h"
+
+namespace kiln {
+namespace {
+
+using testing::expect_golden;
+
+TEST(PassFuseRows, GatedResidualAndRmsNormBecomeOneGroup) {
+  const auto r = expect_golden([](const Graph& g) { return passes::fuse_row_groups(g); }, R"(graph g {
+      input %x: f32[4,8] per_call
+      input %h: f32[4,8] per_call
+      input %gate: f32[8] per_call
+      %gh: f32[4,8] = mul(%h, %gate)
+      %r: f32[4,8] = add(%x, %gh)
+      %sq: f32[4,8] = mul(%r, %r)
+      %ms: f32[4,1] = reduce_mean(%sq) {axes=[-1], keepdims=1}
+      %rs: f32[4,1] = rsqrt(%ms)
+      %y: f32[4,8] = mul(%r, %rs)
+      output r = %r
+      output y = %y
+    })", R"(graph g {
+      input %x: f32[4,8] per_call
+      input %h: f32[4,8] per_call
+      input %gate: f32[8] per_call
+      %gh: f32[4,8] = mul(%h, %gate) @g0
+      %r: f32[4,8] = add(%x, %gh) @g0
+      %sq: f32[4,8] = mul(%r, %r) @g0
+      %ms: f32[4,1] = reduce_mean(%sq) {axes=[-1], keepdims=1} @g0
+      %rs: f32[4,1] = rsqrt(%ms) @g0
+      %y: f32[4,8] = mul(%r, %rs) @g0
+      output r = %r
+      output y = %y
+    })");
+  EXPECT_TRUE(r.changed);
+}
+
+TEST(PassFuseRows, LibraryOpsCyclesStagesAndMisalignedRowsSplitGroups) {
+  Graph g = testing::parse_or_die(R"(graph g {
+      input %x: f32[4,8] per_call
+      input %w: f32[8,8] weight
+      input %b: f32[8] weight
+      %e: f32[4,8] = exp(%x)
+      %l: f32[4,8] = linear(%e, %w)
+      %s: f32[4,8] = add(%l, %e)
+      %wb: f32[8] = exp(%b)
+      %t: f32[4,8] = mul(%s, %wb)
+      %col: f32[1,8] = reduce_sum(%t) {axes=[0], keepdims=1}
+      %u: f32[4,8] = sub(%t, %col)
+      output u = %u
+    })");
+  // Rows of at most 8 elements: a whole-tensor "row" (one block for everything) is not allowed here.
+  auto result = passes::fuse_row_groups(g, {8});
+  const Graph& f = result.graph;
+  auto group = [&](const char* name) { return f.node(f.value(*f.find_value(name)).producer).group; };
+  EXPECT_EQ(group("l"), -1);                 // a GEMM is a library op
+  EXPECT_NE(group("e"), group("s"));         // e -> linear -> s would be a cycle through the GEMM
+  EXPECT_NE(group("wb"), group("t"));        // weight-time work stays out of per-call kernels
+  EXPECT_EQ(group("s"), group("t"));
+  EXPECT_NE(group("col"), group("u"));       // a column sum is not a row of u: rows do not line up
+  testing::expect_bit_identical(g, f);
+}
+
+// The pipeline on every zoo model's tiny configuration: verified, and outputs within the numerics policy of
+// the unfused graph (decompose reassociates: f32 intermediates instead of one rounding per composite).
+TEST(PassFuseRows, ZooTinyModelsKeepTheirOutputs) {
+  for (const models::ZooEntry& e : models::zoo_models()) {
+    for (const std::string spec : {e.name + ":tiny", e.name + ":tiny,dtype=fp8,fp8_scaling=channel"}) {
+      SCOPED_TRACE(spec);
+      auto g = models::build_zoo_model(spec);
+      ASSERT_TRUE(g.ok()) << g.error().message;
+      auto opt = passes::run_pipeline(*g);
+      ASSERT_TRUE(opt.ok()) << opt.error().message;
+      const auto inputs = models::random_inputs(*g, 5);
+      auto a = ref::run_graph(*g, inputs);
+      auto b = ref::run_graph(opt->graph, inputs);
+      ASSERT_TRUE(a.ok()) << a.error().message;
+      ASSERT_TRUE(b.ok()) << b.error().message;
+      for (const auto& [name, t] : *a) {
+        const Tensor& u = b->at(name);
+        double max_err = 0, max_ref = 0;
+        for (int64_t i = 0; i < t.numel(); ++i) {
+          max_err = std::max(max_err, std::fabs(t.get(i) - u.get(i)));
+          max_ref = std::max(max_ref, std::fabs(t.get(i)));
+        }
+        // bf16 output: a few ulps of the output's range after a whole model of reassociated rounding.
+        EXPECT_LE(max_err, 0.08 * std::max(1.0, max_ref)) << name;
+      }
+    }
+  }
+}
+
+// The known fusions fall out of the one rule on real-size graphs (graph only, nothing executed).
+TEST(PassFuseRows, KnownFusionsAppearAtRealSize) {
+  auto find_group = [](const Graph& g, std::vector<Op> ops) {
+    for (const passes::FusedGroup& grp : passes::collect_fused_groups(g)) {
+      bool all = true;
+      for (Op op : ops) {
+        bool found = false;
+        for (NodeId m : grp.members) found = found || g.node(m).op == op;
+        all = all && found;
+      }
+      if (all) return true;
+    }
+    return false;
+  };
+  auto fused = [](const std::string& spec) {
+    auto g = models::build_zoo_model(spec);
+    EXPECT_TRUE(g.ok());
+    auto opt = passes::run_pipeline(*g);
+    EXPECT_TRUE(opt.ok()) << opt.error().message;
+    return opt->graph;
+  };
+  const Graph fp8 = fused("flux1-double-block:dtype=fp8,fp8_scaling=block");
+  // LayerNorm + modulation + FP8 quantization (amax and scale) in one group.
+  EXPECT_TRUE(find_group(fp8, {Op::reduce_mean, Op::rsqrt, Op::reduce_amax, Op::cast}));
+  // GELU + FP8 quantization.
+  EXPECT_TRUE(find_group(fp8, {Op::gelu, Op::reduce_amax}));
+  const Graph bf16 = fused("flux1-double-block");
+  // q/k RMSNorm reads the QKV GEMM output through its views (reshape + transpose as index maps).
+  EXPECT_TRUE(find_group(bf16, {Op::transpose, Op::reduce_mean, Op::rsqrt}));
+  // Gated residual + LayerNorm + scale/shift.
+  EXPECT_TRUE(find_group(bf16, {Op::mul, Op::add, Op::reduce_mean, Op::rsqrt}));
+  const Graph flux2 = fused("flux2-dev:double_blocks=1,single_blocks=1,dtype=fp8,fp8_scaling=block");
+  // SwiGLU + FP8 quantization.
+  EXPECT_TRUE(find_group(flux2, {Op::silu, Op::reduce_amax}));
+}
+
+}  // namespace
+}  // namespace kiln
