@@ -5,6 +5,8 @@
 #include "passes/dce.h"
 #include "passes/decompose.h"
 #include "passes/fuse_rows.h"
+#include "passes/merge_gemms.h"
+#include "passes/sink_concat.h"
 
 namespace kiln::passes {
 namespace {
@@ -18,6 +20,8 @@ struct PassEntry {
 PassResult fuse_rows_default(const Graph& g) { return fuse_row_groups(g); }
 
 const PassEntry kPipeline[] = {
+    {"merge-gemms", Exactness::reassociating, merge_parallel_gemms}, // GEMMs sharing an input become one
+    {"sink-concat", Exactness::exact, sink_concats},                 // row ops move above joint concats
     {"decompose", Exactness::reassociating, decompose_composites},  // composites -> primitives
     {"cse", Exactness::exact, eliminate_common_subexpressions},     // structural hashing
     {"dce", Exactness::exact, eliminate_dead_code},

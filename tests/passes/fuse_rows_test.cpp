@@ -125,6 +125,8 @@ TEST(PassFuseRows, KnownFusionsAppearAtRealSize) {
   const Graph bf16 = fused("flux1-double-block");
   // q/k RMSNorm reads the QKV GEMM output through its views (reshape + transpose as index maps).
   EXPECT_TRUE(find_group(bf16, {Op::transpose, Op::reduce_mean, Op::rsqrt}));
+  // q/k RMSNorm + RoPE in one group per head row, reading the cos/sin tables through slices.
+  EXPECT_TRUE(find_group(bf16, {Op::reduce_mean, Op::rsqrt, Op::slice, Op::sub}));
   // Gated residual + LayerNorm + scale/shift.
   EXPECT_TRUE(find_group(bf16, {Op::mul, Op::add, Op::reduce_mean, Op::rsqrt}));
   const Graph flux2 = fused("flux2-dev:double_blocks=1,single_blocks=1,dtype=fp8,fp8_scaling=block");
