@@ -320,6 +320,57 @@ bool is_memory_bound_kernel(Op op) {
          op != Op::reshape;
 }
 
+// A view is a contiguous window of its input when everything it cuts or reshapes lies behind leading unit axes:
+// a library op can read it through a pointer offset.
+bool is_contiguous_view(const Graph& g, const Node& n) {
+  if (n.op == Op::reshape) return true;
+  if (n.op != Op::slice && n.op != Op::split) return false;
+  const Shape& in = g.value(n.inputs[0]).type.shape;
+  int64_t axis = n.attrs.get_int("axis", 0);
+  if (axis < 0) axis += static_cast<int64_t>(in.size());
+  if (n.op == Op::slice && n.attrs.get_int("step", 1) != 1) return false;
+  for (int64_t i = 0; i < axis; ++i) {
+    if (in[i] != 1) return false;
+  }
+  return true;
+}
+
+// Views that need no kernel of their own (view canonicalization): every reader either is a fused group that
+// does arithmetic (it loads through the view's index map), another free view, or a library op reading a
+// contiguous window. Computed readers-first.
+std::vector<bool> free_views(const Graph& g) {
+  std::vector<std::vector<NodeId>> readers(g.values().size());
+  for (NodeId id = 0; id < static_cast<NodeId>(g.nodes().size()); ++id) {
+    for (ValueId v : g.node(id).inputs) readers[v].push_back(id);
+  }
+  std::set<ValueId> outputs;
+  for (const GraphOutput& o : g.outputs()) outputs.insert(o.value);
+  std::set<int32_t> computing_groups;
+  for (const Node& n : g.nodes()) {
+    if (n.group >= 0 && !op_has_trait(n.op, kTraitView)) computing_groups.insert(n.group);
+  }
+  std::vector<bool> is_free(g.nodes().size(), false);
+  for (NodeId id = static_cast<NodeId>(g.nodes().size()) - 1; id >= 0; --id) {
+    const Node& n = g.node(id);
+    if (!op_has_trait(n.op, kTraitView) || n.op == Op::gather) continue;
+    if (n.group >= 0 && computing_groups.count(n.group)) continue;  // a prologue or row member: already free
+    bool ok = true;
+    for (ValueId v : n.outputs) {
+      ok = ok && !outputs.count(v);
+      for (NodeId r : readers[v]) {
+        const Node& reader = g.node(r);
+        const bool loads_through = reader.group >= 0 && computing_groups.count(reader.group);
+        const bool library_window =
+            (op_has_trait(reader.op, kTraitMatmul) || op_has_trait(reader.op, kTraitAttention)) &&
+            is_contiguous_view(g, n);
+        ok = ok && (loads_through || is_free[r] || library_window);
+      }
+    }
+    is_free[id] = ok;
+  }
+  return is_free;
+}
+
 }  // namespace
 
 KernelSummary summarize_memory_bound_kernels(const Graph& original, const Graph& fused) {
@@ -335,10 +386,12 @@ KernelSummary summarize_memory_bound_kernels(const Graph& original, const Graph&
     ++s.kernels_before;
     s.bytes_before += node_cost(original, static_cast<NodeId>(&n - original.nodes().data())).bytes;
   }
+  const std::vector<bool> free = free_views(fused);
   for (const FusedGroup& g : collect_fused_groups(fused)) {
     bool counts = false;
     for (NodeId m : g.members) {
-      counts = counts || (is_memory_bound_kernel(fused.node(m).op) && served(time_after, fused.node(m)));
+      counts = counts ||
+               (is_memory_bound_kernel(fused.node(m).op) && !free[m] && served(time_after, fused.node(m)));
     }
     if (!counts) continue;
     ++s.kernels_after;
@@ -346,7 +399,7 @@ KernelSummary summarize_memory_bound_kernels(const Graph& original, const Graph&
   }
   for (NodeId id = 0; id < static_cast<NodeId>(fused.nodes().size()); ++id) {
     const Node& n = fused.node(id);
-    if (n.group >= 0 || !is_memory_bound_kernel(n.op) || !served(time_after, n)) continue;
+    if (n.group >= 0 || free[id] || !is_memory_bound_kernel(n.op) || !served(time_after, n)) continue;
     ++s.kernels_after;
     s.bytes_after += node_cost(fused, id).bytes;
   }

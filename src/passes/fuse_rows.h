@@ -39,8 +39,9 @@ std::vector<FusedGroup> collect_fused_groups(const Graph& graph);
 namespace kiln::passes {
 
 // Memory-bound kernels of a graph as a naive lowering would launch them (one per op that is not a library
-// op, a source or a free reshape) against the fused graph (one per group plus the unfused rest), with the
-// bytes each moves.
+// op, a source or a free reshape) against the fused graph (one per group plus the unfused rest, less the
+// views that need no kernel: read through index maps by fused groups, or contiguous windows read by a GEMM),
+// with the bytes each moves. Load-time work is not counted: it runs once.
 struct KernelSummary {
   int kernels_before = 0;
   int kernels_after = 0;

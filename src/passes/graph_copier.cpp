@@ -30,6 +30,7 @@ void GraphCopier::copy_node(NodeId id) {
     KILN_CHECK(outputs.ok());
   }
   for (size_t i = 0; i < node.outputs.size(); ++i) map_[node.outputs[i]] = (*outputs)[i];
+  target_.set_node_group(static_cast<NodeId>(target_.nodes().size()) - 1, node.group);
 }
 
 Graph GraphCopier::finish() {

@@ -21,7 +21,7 @@ class GraphCopier {
   bool is_mapped(ValueId source_value) const { return map_[source_value] >= 0; }
   void set_map(ValueId source_value, ValueId target_value) { map_[source_value] = target_value; }
 
-  // Copies a source node with its inputs remapped and its output names kept; maps its outputs.
+  // Copies a source node with its inputs remapped and its output names and group kept; maps its outputs.
   void copy_node(NodeId id);
   // Copies the graph outputs (remapped) and returns the finished graph.
   Graph finish();

@@ -4,6 +4,7 @@
 #include "passes/cse.h"
 #include "passes/dce.h"
 #include "passes/decompose.h"
+#include "passes/fold_epilogues.h"
 #include "passes/fuse_rows.h"
 #include "passes/merge_gemms.h"
 #include "passes/sink_concat.h"
@@ -26,6 +27,7 @@ const PassEntry kPipeline[] = {
     {"cse", Exactness::exact, eliminate_common_subexpressions},     // structural hashing
     {"dce", Exactness::exact, eliminate_dead_code},
     {"fuse-rows", Exactness::exact, fuse_rows_default},              // annotates fused groups
+    {"fold-epilogues", Exactness::reassociating, fold_gemm_epilogues}, // lone bias/GELU back to the GEMM
 };
 
 }  // namespace

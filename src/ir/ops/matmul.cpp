@@ -2,6 +2,7 @@
 // weight layout [N, K]) and scaled_linear (FP8 operands with per-tensor, per-row or 128-block scales, as
 // cuBLASLt runs them). Reference semantics: operands decoded to double, products accumulated in double by BLAS,
 // each output rounded once to its dtype.
+#include <cmath>
 #include <string>
 
 #include "ir/ops/op_util.h"
@@ -92,7 +93,22 @@ Status reference_matmul(const RefCall& call) {
 
 // ---- linear: x [..., K] @ w[N, K]^T (+ b [N]) -> [..., N] ----
 
+// The GEMM epilogue a library applies before its one rounding: "none" or "gelu_tanh" (cuBLASLt's GELU).
+Result<bool> epilogue_is_gelu(const Attrs& attrs, const char* op) {
+  const std::string a = attrs.get_string("activation", "none");
+  if (a != "none" && a != "gelu_tanh") {
+    return shape_error(std::string(op) + ": activation must be \"none\" or \"gelu_tanh\", got \"" + a + "\"");
+  }
+  return a == "gelu_tanh";
+}
+
+double gelu_tanh(double x) {
+  const double k = 0.7978845608028654;  // sqrt(2 / pi)
+  return 0.5 * x * (1.0 + std::tanh(k * (x + 0.044715 * x * x * x)));
+}
+
 Result<std::vector<TensorType>> infer_linear(const OpCall& call) {
+  KILN_TRY(epilogue_is_gelu(call.attrs, "linear"));
   const TensorType& x = call.inputs[0];
   const TensorType& w = call.inputs[1];
   if (x.shape.empty()) return shape_error("linear: x must have rank >= 1, got " + type_to_string(x));
@@ -131,7 +147,7 @@ OpCost cost_linear(const OpCall& call, std::span<const TensorType> outputs) {
 
 // y[rows, n] = x[rows, k] @ w[n, k]^T + bias, then rounded once into `out`.
 Status linear_f64(const std::vector<double>& x, const std::vector<double>& w, const Tensor* bias, int64_t rows,
-                  int64_t n, int64_t k, Tensor& out) {
+                  int64_t n, int64_t k, Tensor& out, bool gelu = false) {
   std::vector<double> y(static_cast<size_t>(rows * n));
   KILN_TRY(ops::gemm_f64(true, rows, n, k, 1.0, x.data(), k, w.data(), k, 0.0, y.data(), n));
   if (bias) {
@@ -139,6 +155,9 @@ Status linear_f64(const std::vector<double>& x, const std::vector<double>& w, co
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t j = 0; j < n; ++j) y[r * n + j] += vb[j];
     }
+  }
+  if (gelu) {
+    for (double& v : y) v = gelu_tanh(v);
   }
   store_all(out, y);
   return ok_status();
@@ -149,7 +168,7 @@ Status reference_linear(const RefCall& call) {
   const Tensor& w = *call.inputs[1];
   const Tensor* bias = call.inputs.size() == 3 ? call.inputs[2] : nullptr;
   return linear_f64(x.to_f64(), w.to_f64(), bias, leading_rows(x.shape()), w.shape()[0], w.shape()[1],
-                    call.outputs[0]);
+                    call.outputs[0], call.attrs.get_string("activation", "none") == "gelu_tanh");
 }
 
 // ---- scaled_linear: (xq * xs) @ (wq * ws)^T (+ b), FP8 operands, f32 scales ----
@@ -193,6 +212,7 @@ ScaleShapes w_scale_shapes(const Shape& wq) {
 }
 
 Result<std::vector<TensorType>> infer_scaled_linear(const OpCall& call) {
+  KILN_TRY(epilogue_is_gelu(call.attrs, "scaled_linear"));
   const TensorType& xq = call.inputs[0];
   const TensorType& xs = call.inputs[1];
   const TensorType& wq = call.inputs[2];
@@ -261,17 +281,21 @@ Status reference_scaled_linear(const RefCall& call) {
   const ScaleLayout x_layout = *scale_layout({xs.dtype(), xs.shape()}, "xs", x_scale_shapes(xq.shape()));
   const ScaleLayout w_layout = *scale_layout({ws.dtype(), ws.shape()}, "ws", w_scale_shapes(wq.shape()));
   return linear_f64(dequantize_operand(xq, xs, x_layout, rows, k, 1),
-                    dequantize_operand(wq, ws, w_layout, n, k, kScaleBlock), bias, rows, n, k, call.outputs[0]);
+                    dequantize_operand(wq, ws, w_layout, n, k, kScaleBlock), bias, rows, n, k, call.outputs[0],
+                    call.attrs.get_string("activation", "none") == "gelu_tanh");
 }
 
 const AttrSpec kScaledLinearAttrs[] = {
-    {"out_dtype", AttrKind::string, false, "output dtype, a floating dtype (default \"bf16\")"}};
+    {"out_dtype", AttrKind::string, false, "output dtype, a floating dtype (default \"bf16\")"},
+    {"activation", AttrKind::string, false, "epilogue after the bias: \"none\" (default) or \"gelu_tanh\""}};
+const AttrSpec kLinearAttrs[] = {
+    {"activation", AttrKind::string, false, "epilogue after the bias: \"none\" (default) or \"gelu_tanh\""}};
 
 }  // namespace
 
 const OpDef op_def_matmul{Op::matmul, "matmul", kTraitMatmul, 2, 2, {}, infer_matmul, cost_matmul,
                           reference_matmul, "a [..., M, K] @ b [..., K, N], batch dims broadcast"};
-const OpDef op_def_linear{Op::linear, "linear", kTraitMatmul, 2, 3, {}, infer_linear, cost_linear,
+const OpDef op_def_linear{Op::linear, "linear", kTraitMatmul, 2, 3, kLinearAttrs, infer_linear, cost_linear,
                           reference_linear, "x [..., K] @ w[N, K]^T (+ b [N]), PyTorch weight layout"};
 const OpDef op_def_scaled_linear{
     Op::scaled_linear, "scaled_linear", kTraitMatmul | kTraitQuantize, 4, 5, kScaledLinearAttrs,

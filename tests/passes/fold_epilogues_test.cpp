@@ -1,0 +1,70 @@
+#include "passes/fold_epilogues.h"
+
+#include <gtest/gtest.h>
+
+#include "models/zoo.h"
+#include "pass_test_util.h"
+#include "passes/fuse_rows.h"
+#include "passes/pipeline.h"
+
+namespace kiln {
+namespace {
+
+TEST(PassFoldEpilogues, LoneBiasAndGeluGoBackToTheGemm) {
+  Graph g = testing::parse_or_die(R"(graph g {
+      input %x: f32[3,4] per_call
+      input %w: f32[5,4] weight
+      input %b: f32[5] weight
+      %y: f32[3,5] = linear(%x, %w)
+      %z: f32[3,5] = add(%y, %b) @g0
+      %a: f32[3,5] = gelu(%z) {approximate="tanh"} @g0
+      output a = %a
+    })");
+  auto r = passes::fold_gemm_epilogues(g);
+  EXPECT_TRUE(r.report.changed);
+  EXPECT_EQ(print_graph_text(r.graph), print_graph_text(testing::parse_or_die(R"(graph g {
+      input %x: f32[3,4] per_call
+      input %w: f32[5,4] weight
+      input %b: f32[5] weight
+      %a: f32[3,5] = linear(%x, %w, %b) {activation="gelu_tanh"}
+      output a = %a
+    })")));
+  // f32 throughout: one rounding instead of three stays within a few ulps.
+  const auto inputs = testing::test_inputs(g, 4);
+  auto before = ref::run_graph(g, inputs);
+  auto after = ref::run_graph(r.graph, inputs);
+  ASSERT_TRUE(before.ok() && after.ok());
+  for (int64_t i = 0; i < before->at("a").numel(); ++i) {
+    EXPECT_NEAR(before->at("a").get(i), after->at("a").get(i), 1e-6);
+  }
+}
+
+TEST(PassFoldEpilogues, BiasInsideALargerGroupStays) {
+  const std::string text = R"(graph g {
+      input %x: f32[3,4] per_call
+      input %w: f32[5,4] weight
+      input %b: f32[5] weight
+      input %r: f32[3,5] per_call
+      %y: f32[3,5] = linear(%x, %w)
+      %z: f32[3,5] = add(%y, %b) @g0
+      %s: f32[3,5] = add(%z, %r) @g0
+      output s = %s
+    })";
+  EXPECT_FALSE(passes::fold_gemm_epilogues(testing::parse_or_die(text)).report.changed);
+}
+
+TEST(PassFoldEpilogues, FluxBlockKernelCountAndBytesDrop) {
+  auto g = models::build_zoo_model("flux1-double-block");
+  ASSERT_TRUE(g.ok());
+  auto opt = passes::run_pipeline(*g);
+  ASSERT_TRUE(opt.ok()) << opt.error().message;
+  int epilogues = 0;
+  for (const Node& n : opt->graph.nodes()) epilogues += n.attrs.get_string("activation", "none") == "gelu_tanh";
+  EXPECT_EQ(epilogues, 2);  // the two MLP up-projections take bias + GELU
+  const passes::KernelSummary k = passes::summarize_memory_bound_kernels(*g, opt->graph);
+  EXPECT_LT(k.kernels_after * 2, k.kernels_before);
+  EXPECT_LT(k.bytes_after, 0.6 * k.bytes_before);
+}
+
+}  // namespace
+}  // namespace kiln
