@@ -1,8 +1,10 @@
 #include "ir/dtype.h"
 
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "util/check.h"
 
@@ -25,7 +27,9 @@ constexpr FloatFormat kF8E5M2{5, 2, true, 0x7e, 57344.0};
 
 int bias_of(const FloatFormat& f) { return (1 << (f.exponent_bits - 1)) - 1; }
 
-uint32_t encode(const FloatFormat& f, double value) {
+// The generic conversions: frexp/ldexp/nearbyint on the format description. Slow (tens of ns per element) but
+// plainly right; the fast paths below are tested against them bit for bit.
+uint32_t encode_reference(const FloatFormat& f, double value) {
   const uint32_t sign_bit = 1u << (f.exponent_bits + f.mantissa_bits);
   const uint32_t sign = std::signbit(value) ? sign_bit : 0u;
   if (std::isnan(value)) return f.nan_bits | sign;
@@ -59,7 +63,7 @@ uint32_t encode(const FloatFormat& f, double value) {
   return sign | (exponent_field << f.mantissa_bits) | mantissa;
 }
 
-double decode(const FloatFormat& f, uint32_t bits) {
+double decode_reference(const FloatFormat& f, uint32_t bits) {
   const uint32_t sign_bit = 1u << (f.exponent_bits + f.mantissa_bits);
   const double sign = (bits & sign_bit) ? -1.0 : 1.0;
   const uint32_t exponent_field = (bits >> f.mantissa_bits) & ((1u << f.exponent_bits) - 1);
@@ -76,6 +80,69 @@ double decode(const FloatFormat& f, uint32_t bits) {
   if (exponent_field == 0) return sign * std::ldexp(static_cast<double>(mantissa), 1 - bias - f.mantissa_bits);
   const double significand = 1.0 + std::ldexp(static_cast<double>(mantissa), -f.mantissa_bits);
   return sign * std::ldexp(significand, static_cast<int>(exponent_field) - bias);
+}
+
+// Fast encode: integer arithmetic on the IEEE double's bits, rounding the dropped mantissa bits to nearest
+// even. Writing the normal case as the target's biased exponent above the double's 52 mantissa bits lets a
+// mantissa that rounds up carry into the exponent, and a carry past the largest finite pattern show as
+// overflow, without special cases.
+template <const FloatFormat& F>
+uint32_t encode_fast(double value) {
+  constexpr int kBias = (1 << (F.exponent_bits - 1)) - 1;
+  constexpr int kDroppedBits = 52 - F.mantissa_bits;
+  constexpr uint32_t kSignBit = 1u << (F.exponent_bits + F.mantissa_bits);
+  constexpr uint32_t kInfBits = ((1u << F.exponent_bits) - 1) << F.mantissa_bits;
+  constexpr uint32_t kOverflowBits = F.has_infinity ? kInfBits : F.nan_bits;
+  constexpr uint32_t kMaxFiniteBits = F.has_infinity ? kInfBits - 1 : F.nan_bits - 1;
+  constexpr uint64_t kDoubleMantissaMask = (uint64_t{1} << 52) - 1;
+  constexpr uint64_t kDoubleInfBits = uint64_t{0x7ff} << 52;
+
+  const uint64_t bits = std::bit_cast<uint64_t>(value);
+  const uint32_t sign = (bits >> 63) != 0 ? kSignBit : 0u;
+  const uint64_t magnitude = bits & ~(uint64_t{1} << 63);
+  if (magnitude >= kDoubleInfBits) return (magnitude == kDoubleInfBits ? kOverflowBits : F.nan_bits) | sign;
+
+  // `scaled` holds the value as an integer with `shift` bits below the target's last mantissa bit.
+  const auto round_to_nearest_even = [sign](uint64_t scaled, int shift) {
+    const uint64_t half_minus_one = (uint64_t{1} << (shift - 1)) - 1;
+    const uint64_t rounded = (scaled + half_minus_one + ((scaled >> shift) & 1)) >> shift;
+    return rounded > kMaxFiniteBits ? kOverflowBits | sign : static_cast<uint32_t>(rounded) | sign;
+  };
+  // The exponent the value would have as a normal number of the target format, biased.
+  const int exponent = static_cast<int>(magnitude >> 52) - 1023 + kBias;
+  constexpr uint64_t kRebias = static_cast<uint64_t>(1023 - kBias) << 52;  // double exponent field -> target's
+  if (exponent >= 1) return round_to_nearest_even(magnitude - kRebias, kDroppedBits);
+  // Subnormal result (or zero / a double subnormal, far below half the smallest target subnormal): the quantum
+  // is fixed, so the significand, its leading bit now explicit, shifts further right.
+  const int shift = kDroppedBits + 1 - exponent;
+  if (shift >= 54) return sign;  // the significand < 2^53 <= half a quantum: rounds to zero
+  return round_to_nearest_even((magnitude & kDoubleMantissaMask) | (uint64_t{1} << 52), shift);
+}
+
+// Fast decode: one table per format, every pattern decoded once by the reference. 512 KiB for a 16-bit format,
+// built on first use (thread-safe static); the slice real data touches is a few binades and stays in cache.
+template <const FloatFormat& F>
+const double* decode_table() {
+  static const std::vector<double> table = [] {
+    std::vector<double> t(size_t{1} << (1 + F.exponent_bits + F.mantissa_bits));
+    for (size_t bits = 0; bits < t.size(); ++bits) t[bits] = decode_reference(F, static_cast<uint32_t>(bits));
+    return t;
+  }();
+  return table.data();
+}
+
+// Out-of-range doubles make static_cast<float> undefined, so they are rounded here: magnitudes from FLT_MAX
+// plus half its ulp (the tie goes to the even neighbour, 2^128) become inf, smaller ones FLT_MAX. In range,
+// the hardware conversion rounds to nearest even, subnormals included.
+float f32_from_double(double value) {
+  constexpr double kMax = std::numeric_limits<float>::max();
+  constexpr double kOverflowThreshold = kMax + 0x1p103;  // 2^128 - 2^103, exact in double
+  const double magnitude = std::fabs(value);
+  if (magnitude > kMax) {  // false for NaN, which the cast keeps
+    const double rounded = magnitude >= kOverflowThreshold ? std::numeric_limits<double>::infinity() : kMax;
+    return static_cast<float>(std::copysign(rounded, value));
+  }
+  return static_cast<float>(value);
 }
 
 template <class Int>
@@ -149,14 +216,23 @@ double dtype_max_finite(DType dtype) {
   return 0;
 }
 
-uint16_t f16_bits_from_double(double v) { return static_cast<uint16_t>(encode(kF16, v)); }
-double f16_bits_to_double(uint16_t b) { return decode(kF16, b); }
-uint16_t bf16_bits_from_double(double v) { return static_cast<uint16_t>(encode(kBF16, v)); }
-double bf16_bits_to_double(uint16_t b) { return decode(kBF16, b); }
-uint8_t f8e4m3_bits_from_double(double v) { return static_cast<uint8_t>(encode(kF8E4M3, v)); }
-double f8e4m3_bits_to_double(uint8_t b) { return decode(kF8E4M3, b); }
-uint8_t f8e5m2_bits_from_double(double v) { return static_cast<uint8_t>(encode(kF8E5M2, v)); }
-double f8e5m2_bits_to_double(uint8_t b) { return decode(kF8E5M2, b); }
+uint16_t f16_bits_from_double(double v) { return static_cast<uint16_t>(encode_fast<kF16>(v)); }
+double f16_bits_to_double(uint16_t b) { return decode_table<kF16>()[b]; }
+uint16_t bf16_bits_from_double(double v) { return static_cast<uint16_t>(encode_fast<kBF16>(v)); }
+double bf16_bits_to_double(uint16_t b) { return decode_table<kBF16>()[b]; }
+uint8_t f8e4m3_bits_from_double(double v) { return static_cast<uint8_t>(encode_fast<kF8E4M3>(v)); }
+double f8e4m3_bits_to_double(uint8_t b) { return decode_table<kF8E4M3>()[b]; }
+uint8_t f8e5m2_bits_from_double(double v) { return static_cast<uint8_t>(encode_fast<kF8E5M2>(v)); }
+double f8e5m2_bits_to_double(uint8_t b) { return decode_table<kF8E5M2>()[b]; }
+
+uint16_t f16_bits_from_double_reference(double v) { return static_cast<uint16_t>(encode_reference(kF16, v)); }
+double f16_bits_to_double_reference(uint16_t b) { return decode_reference(kF16, b); }
+uint16_t bf16_bits_from_double_reference(double v) { return static_cast<uint16_t>(encode_reference(kBF16, v)); }
+double bf16_bits_to_double_reference(uint16_t b) { return decode_reference(kBF16, b); }
+uint8_t f8e4m3_bits_from_double_reference(double v) { return static_cast<uint8_t>(encode_reference(kF8E4M3, v)); }
+double f8e4m3_bits_to_double_reference(uint8_t b) { return decode_reference(kF8E4M3, b); }
+uint8_t f8e5m2_bits_from_double_reference(double v) { return static_cast<uint8_t>(encode_reference(kF8E5M2, v)); }
+double f8e5m2_bits_to_double_reference(uint8_t b) { return decode_reference(kF8E5M2, b); }
 
 double load_element(DType dtype, const void* src) {
   switch (dtype) {
@@ -175,7 +251,7 @@ double load_element(DType dtype, const void* src) {
 
 void store_element(DType dtype, double v, void* dst) {
   switch (dtype) {
-    case DType::f32: { const auto x = static_cast<float>(v); std::memcpy(dst, &x, 4); return; }
+    case DType::f32: { const float x = f32_from_double(v); std::memcpy(dst, &x, 4); return; }
     case DType::f16: { const uint16_t b = f16_bits_from_double(v); std::memcpy(dst, &b, 2); return; }
     case DType::bf16: { const uint16_t b = bf16_bits_from_double(v); std::memcpy(dst, &b, 2); return; }
     case DType::f8e4m3: *static_cast<uint8_t*>(dst) = f8e4m3_bits_from_double(v); return;
@@ -185,6 +261,76 @@ void store_element(DType dtype, double v, void* dst) {
     case DType::boolean: *static_cast<uint8_t*>(dst) = (v != 0.0) ? 1 : 0; return;
   }
   KILN_CHECK(false);
+}
+
+namespace {
+
+// The bulk loops: the dtype switch is hoisted out and each loop body is a plain inline conversion.
+template <class Bits, const FloatFormat& F>
+void decode_small_float(const void* src, double* dst, int64_t n) {
+  const double* table = decode_table<F>();
+  const auto* bytes = static_cast<const unsigned char*>(src);
+  for (int64_t i = 0; i < n; ++i) {
+    Bits bits;
+    std::memcpy(&bits, bytes + i * sizeof(Bits), sizeof(Bits));
+    dst[i] = table[bits];
+  }
+}
+
+template <class Bits, const FloatFormat& F>
+void encode_small_float(const double* src, void* dst, int64_t n) {
+  auto* bytes = static_cast<unsigned char*>(dst);
+  for (int64_t i = 0; i < n; ++i) {
+    const auto bits = static_cast<Bits>(encode_fast<F>(src[i]));
+    std::memcpy(bytes + i * sizeof(Bits), &bits, sizeof(Bits));
+  }
+}
+
+void decode_f32(const void* src, double* dst, int64_t n) {
+  const auto* bytes = static_cast<const unsigned char*>(src);
+  for (int64_t i = 0; i < n; ++i) {
+    float x;
+    std::memcpy(&x, bytes + i * 4, 4);
+    dst[i] = x;
+  }
+}
+
+void encode_f32(const double* src, void* dst, int64_t n) {
+  auto* bytes = static_cast<unsigned char*>(dst);
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = f32_from_double(src[i]);
+    std::memcpy(bytes + i * 4, &x, 4);
+  }
+}
+
+}  // namespace
+
+void decode_elements(DType dtype, const void* src, double* dst, int64_t n) {
+  switch (dtype) {
+    case DType::f32: return decode_f32(src, dst, n);
+    case DType::f16: return decode_small_float<uint16_t, kF16>(src, dst, n);
+    case DType::bf16: return decode_small_float<uint16_t, kBF16>(src, dst, n);
+    case DType::f8e4m3: return decode_small_float<uint8_t, kF8E4M3>(src, dst, n);
+    case DType::f8e5m2: return decode_small_float<uint8_t, kF8E5M2>(src, dst, n);
+    default: break;
+  }
+  const auto* bytes = static_cast<const unsigned char*>(src);
+  const size_t size = dtype_size(dtype);
+  for (int64_t i = 0; i < n; ++i) dst[i] = load_element(dtype, bytes + i * size);
+}
+
+void encode_elements(DType dtype, const double* src, void* dst, int64_t n) {
+  switch (dtype) {
+    case DType::f32: return encode_f32(src, dst, n);
+    case DType::f16: return encode_small_float<uint16_t, kF16>(src, dst, n);
+    case DType::bf16: return encode_small_float<uint16_t, kBF16>(src, dst, n);
+    case DType::f8e4m3: return encode_small_float<uint8_t, kF8E4M3>(src, dst, n);
+    case DType::f8e5m2: return encode_small_float<uint8_t, kF8E5M2>(src, dst, n);
+    default: break;
+  }
+  auto* bytes = static_cast<unsigned char*>(dst);
+  const size_t size = dtype_size(dtype);
+  for (int64_t i = 0; i < n; ++i) store_element(dtype, src[i], bytes + i * size);
 }
 
 double round_to_dtype(double v, DType dtype) {

@@ -1,6 +1,10 @@
 #include "ir/tensor.h"
 
+#include <algorithm>
+#include <bit>
+#include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "util/check.h"
 
@@ -43,6 +47,26 @@ void Tensor::set(int64_t i, double value) {
   store_element(dtype_, value, bytes_.data() + i * dtype_size(dtype_));
 }
 
+namespace {
+
+// int64 -> double rounded to odd: exact below 2^53; above, the truncated value with its last bit set when any
+// dropped bit was. A value rounded to odd at 53 bits rounds to nearest even once more, to any format of at most
+// 51 bits (all kiln float dtypes), exactly as the integer itself would: a plain conversion could land on a
+// midpoint of the narrow format and round twice.
+double int64_to_double_round_to_odd(int64_t value) {
+  const bool negative = value < 0;
+  uint64_t magnitude = negative ? uint64_t{0} - static_cast<uint64_t>(value) : static_cast<uint64_t>(value);
+  const int dropped = std::max(0, static_cast<int>(std::bit_width(magnitude)) - 53);
+  if (dropped > 0) {
+    const bool inexact = (magnitude & ((uint64_t{1} << dropped) - 1)) != 0;
+    magnitude = (magnitude >> dropped) | (inexact ? 1u : 0u);
+  }
+  const double result = std::ldexp(static_cast<double>(magnitude), dropped);  // exact: magnitude < 2^53
+  return negative ? -result : result;
+}
+
+}  // namespace
+
 int64_t Tensor::get_int(int64_t i) const {
   KILN_CHECK(i >= 0 && i < numel_);
   const std::byte* p = bytes_.data() + i * dtype_size(dtype_);
@@ -50,7 +74,11 @@ int64_t Tensor::get_int(int64_t i) const {
     case DType::i64: { int64_t x; std::memcpy(&x, p, 8); return x; }
     case DType::i32: { int32_t x; std::memcpy(&x, p, 4); return x; }
     case DType::boolean: return static_cast<uint8_t>(*p) != 0;
-    default: return static_cast<int64_t>(get(i));
+    default: {  // a float: truncated and saturated as an i64 store would (a plain cast is UB out of range)
+      int64_t x;
+      store_element(DType::i64, get(i), &x);
+      return x;
+    }
   }
 }
 
@@ -59,24 +87,27 @@ void Tensor::set_int(int64_t i, int64_t value) {
   std::byte* p = bytes_.data() + i * dtype_size(dtype_);
   switch (dtype_) {
     case DType::i64: std::memcpy(p, &value, 8); return;
-    case DType::i32: { const auto x = static_cast<int32_t>(value); std::memcpy(p, &x, 4); return; }
+    case DType::i32: {  // saturates, as every integer store does
+      const auto x = static_cast<int32_t>(
+          std::clamp<int64_t>(value, std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max()));
+      std::memcpy(p, &x, 4);
+      return;
+    }
     case DType::boolean: *reinterpret_cast<uint8_t*>(p) = value != 0; return;
-    default: set(i, static_cast<double>(value)); return;
+    default: set(i, int64_to_double_round_to_odd(value)); return;
   }
 }
 
 std::vector<double> Tensor::to_f64() const {
   std::vector<double> out(static_cast<size_t>(numel_));
-  const size_t size = dtype_size(dtype_);
-  for (int64_t i = 0; i < numel_; ++i) out[i] = load_element(dtype_, bytes_.data() + i * size);
+  decode_elements(dtype_, bytes_.data(), out.data(), numel_);
   return out;
 }
 
 Tensor Tensor::from_f64(DType dtype, Shape shape, std::span<const double> values) {
   Tensor t(dtype, std::move(shape));
   KILN_CHECK(static_cast<int64_t>(values.size()) == t.numel());
-  const size_t size = dtype_size(dtype);
-  for (int64_t i = 0; i < t.numel(); ++i) store_element(dtype, values[i], t.bytes_.data() + i * size);
+  encode_elements(dtype, values.data(), t.bytes_.data(), t.numel());
   return t;
 }
 

@@ -36,7 +36,8 @@ class Tensor {
   // Element i (flat, row-major) as a double; set() rounds to the dtype (storage-faithful).
   double get(int64_t i) const;
   void set(int64_t i, double value);
-  // Exact integer access for i32/i64/bool tensors.
+  // Exact integer access for i32/i64/bool tensors (set_int saturates to i32, as every integer store does).
+  // On float tensors: set_int rounds the integer itself once to the dtype; get_int truncates and saturates.
   int64_t get_int(int64_t i) const;
   void set_int(int64_t i, int64_t value);
 
