@@ -185,9 +185,15 @@ bool decompose_quantize(Emitter& e, const Node& node, const std::vector<ValueId>
 // next group (or that a GEMM epilogue takes back).
 bool split_linear_bias(Emitter& e, const Node& node, const std::vector<ValueId>& in,
                        const std::vector<std::string>& names) {
-  if (in.size() < 3) return false;
-  ValueId y = e.op(Op::linear, {in[0], in[1]}, node.attrs);
-  e.op(Op::add, {y, in[2]}, {}, names[0]);
+  const size_t operands = node.op == Op::linear ? 2 : 4;  // linear(x, w) / scaled_linear(xq, xs, wq, ws)
+  if (in.size() <= operands || node.attrs.get_string("activation", "none") != "none") return false;
+  ValueId y = e.op(node.op, std::vector<ValueId>(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(operands)),
+                   node.attrs);
+  ValueId bias = in[operands];
+  if (e.type(bias).dtype != e.type(y).dtype) {
+    bias = e.op(Op::cast, {bias}, {{"to", std::string(dtype_name(e.type(y).dtype))}});
+  }
+  e.op(Op::add, {y, bias}, {}, names[0]);
   return true;
 }
 
@@ -199,7 +205,8 @@ Rule rule_for(Op op) {
     case Op::swiglu: return decompose_swiglu;
     case Op::rope: return decompose_rope;
     case Op::quantize: return decompose_quantize;
-    case Op::linear: return split_linear_bias;
+    case Op::linear:
+    case Op::scaled_linear: return split_linear_bias;
     default: return nullptr;
   }
 }
