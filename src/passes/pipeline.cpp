@@ -21,6 +21,7 @@ struct PassEntry {
 PassResult fuse_rows_default(const Graph& g) { return fuse_row_groups(g); }
 
 const PassEntry kPipeline[] = {
+    {"cse-early", Exactness::exact, eliminate_common_subexpressions}, // one quantize per shared input
     {"merge-gemms", Exactness::reassociating, merge_parallel_gemms}, // GEMMs sharing an input become one
     {"sink-concat", Exactness::exact, sink_concats},                 // row ops move above joint concats
     {"decompose", Exactness::reassociating, decompose_composites},  // composites -> primitives
