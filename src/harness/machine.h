@@ -1,0 +1,33 @@
+// The machine record every timing carries: what ran it (CPU, cores, clock, cache, memory bandwidth, kernel,
+// compiler, kiln) so that figures from different machines or toolchains are never compared as if alike.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace kiln::harness {
+
+struct MachineRecord {
+  std::string cpu_model;  // /proc/cpuinfo "model name"
+  int logical_cores = 0;
+  double cpu_mhz = 0;        // cpu0's current clock when recorded (0: unknown)
+  std::string cpu_governor;  // cpufreq scaling governor ("" when the machine exposes none)
+  std::string os_kernel;     // uname release
+  std::string compiler;      // first line of `<compiler> --version`
+  std::string kiln_version;
+  int64_t last_level_cache_bytes = 0;
+  double memcpy_bytes_per_second = 0;  // bytes read + written per second by a large memcpy, best of several
+};
+
+MachineRecord machine_record(const std::string& compiler = "g++");
+
+// The largest cache of cpu0 (/sys/devices/system/cpu/cpu0/cache); 32 MiB when it cannot be read.
+int64_t last_level_cache_bytes();
+
+// Measured once per process on buffers larger than the last-level cache and cached: bytes moved (read plus
+// written) per second by memcpy, the best of several repetitions (noise only ever slows a copy down).
+double memcpy_bandwidth();
+
+std::string machine_to_json(const MachineRecord& machine);
+
+}  // namespace kiln::harness

@@ -1,0 +1,30 @@
+// The worker process (the kiln-worker executable, tools/kiln_worker.cpp): the only place candidate code is
+// loaded. It reads a request from its scratch directory (worker_protocol.h), allocates guarded buffers,
+// gives up what the candidate must not have (root becomes nobody, no new processes), then dlopen()s the
+// candidate and calls it: twice per verification trial on identical inputs with different output poisons,
+// stack and heap fills; or in a timed loop over rotating buffers. Everything it learns goes to files; the
+// parent decides what it means. One worker serves one request and exits; a crash costs only that worker.
+#pragma once
+
+namespace kiln::harness {
+
+int worker_main(int argc, char** argv);
+
+// Whether this build runs under AddressSanitizer. Then the worker cannot take an address-space limit (the
+// shadow memory needs terabytes of it); a watchdog thread, started before candidate code can run, ends the
+// worker when its resident memory passes the limit instead.
+constexpr bool built_with_sanitizers() {
+#if defined(__SANITIZE_ADDRESS__)
+  return true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+  return true;
+#else
+  return false;
+#endif
+#else
+  return false;
+#endif
+}
+
+}  // namespace kiln::harness

@@ -1,0 +1,21 @@
+// Planted: output depends on a global call counter: every second call is off by a little (nondeterministic).
+#include <cmath>
+
+#include "kernel_abi.h"
+
+static int calls = 0;
+
+extern "C" int kiln_kernel(const kiln_tensor* in, int n_in, kiln_tensor* out, int n_out) {
+  const int64_t rows = in[0].shape[0], cols = in[0].shape[1];
+  const float* x = static_cast<const float*>(in[0].data);
+  const float* w = static_cast<const float*>(in[1].data);
+  float* y = static_cast<float*>(out[0].data);
+  const float drift = (calls++ % 2) ? 1.0f + 1e-6f : 1.0f;
+  for (int64_t r = 0; r < rows; ++r) {
+    float sum = 0;
+    for (int64_t c = 0; c < cols; ++c) sum += x[r * cols + c] * x[r * cols + c];
+    const float inv = 1.0f / std::sqrt(sum / cols + 1e-6f);
+    for (int64_t c = 0; c < cols; ++c) y[r * cols + c] = x[r * cols + c] * inv * w[c] * drift;
+  }
+  return 0;
+}

@@ -1,0 +1,22 @@
+// Planted: normalizes x in place, then copies it out (mutated-input).
+#include <cmath>
+
+#include "kernel_abi.h"
+
+extern "C" int kiln_kernel(const kiln_tensor* in, int n_in, kiln_tensor* out, int n_out) {
+  const int64_t rows = in[0].shape[0], cols = in[0].shape[1];
+  const float* x = static_cast<const float*>(in[0].data);
+  const float* w = static_cast<const float*>(in[1].data);
+  float* y = static_cast<float*>(out[0].data);
+  for (int64_t r = 0; r < rows; ++r) {
+    float sum = 0;
+    for (int64_t c = 0; c < cols; ++c) sum += x[r * cols + c] * x[r * cols + c];
+    const float inv = 1.0f / std::sqrt(sum / cols + 1e-6f);
+    for (int64_t c = 0; c < cols; ++c) {
+      float* xm = const_cast<float*>(x);
+      xm[r * cols + c] *= inv * w[c];
+      y[r * cols + c] = xm[r * cols + c];
+    }
+  }
+  return 0;
+}
