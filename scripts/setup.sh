@@ -19,6 +19,29 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
 fi
 
+# The CUDA backend's attention uses the cuDNN frontend, a header-only C++ library NVIDIA publishes on PyPI
+# (nvidia-cudnn-frontend); its headers are unpacked under build/deps, where CMake looks for them. Only where the
+# CUDA toolkit is installed; without them the CUDA backend builds without cuDNN attention.
+CUDNN_FRONTEND_VERSION=1.32.0
+frontend_dir="build/deps/cudnn-frontend-$CUDNN_FRONTEND_VERSION"
+if [ -x /usr/local/cuda/bin/nvcc ] && [ ! -f "$frontend_dir/include/cudnn_frontend.h" ]; then
+  echo "setup: fetching cudnn-frontend $CUDNN_FRONTEND_VERSION headers from PyPI"
+  tmp="$(mktemp -d)"
+  if python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.11 \
+       --platform manylinux_2_28_x86_64 -d "$tmp" "nvidia-cudnn-frontend==$CUDNN_FRONTEND_VERSION"; then
+    mkdir -p "$frontend_dir"
+    python3 - "$tmp" "$frontend_dir" <<'PY'
+import pathlib, sys, zipfile
+wheel = next(pathlib.Path(sys.argv[1]).glob("*.whl"))
+with zipfile.ZipFile(wheel) as z:
+    z.extractall(sys.argv[2], [n for n in z.namelist() if n.startswith("include/")])
+PY
+  else
+    echo "setup: could not fetch cudnn-frontend; the CUDA backend builds without cuDNN attention" >&2
+  fi
+  rm -rf "$tmp"
+fi
+
 presets=("$@")
 if ((${#presets[@]} == 0)); then presets=(release); fi
 for preset in "${presets[@]}"; do

@@ -11,6 +11,7 @@ const char* error_code_name(ErrorCode code) {
     case ErrorCode::unsupported: return "unsupported";
     case ErrorCode::io_error: return "i/o error";
     case ErrorCode::verify_error: return "verify error";
+    case ErrorCode::device_error: return "device error";
   }
   return "error";
 }

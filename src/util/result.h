@@ -19,6 +19,7 @@ enum class ErrorCode {
   unsupported,       // valid input that this build cannot handle
   io_error,          // a file that cannot be read or written
   verify_error,      // a graph that breaks an IR invariant
+  device_error,      // a GPU driver, compiler or library call that failed at run time
 };
 
 const char* error_code_name(ErrorCode code);

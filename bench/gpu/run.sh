@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# On a GPU machine: build kiln with the CUDA backend, run the GPU tests, run the GPU benchmarks and the PyTorch
+# peer on the same shapes, and write everything (JSON + logs) into the folder given.
+#   bench/gpu/run.sh OUT_DIR [--quick] [--sanitize] [--peer]
+# The device tool's call: `bench/gpu/run.sh $OUT`.
+set -uo pipefail
+out="${1:?usage: bench/gpu/run.sh OUT_DIR [--quick] [--sanitize] [--peer]}"
+shift
+quick="" sanitize="" peer=""
+for arg in "$@"; do
+  case "$arg" in
+    --quick) quick="--quick" ;;
+    --sanitize) sanitize=1 ;;
+    --peer) peer=1 ;;
+    *) echo "unknown option $arg" >&2; exit 2 ;;
+  esac
+done
+mkdir -p "$out"
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+build="$root/build/gpu"
+status=0
+step() { echo "== $*"; }
+
+step "machine"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
+
+step "build (CUDA on)"
+log="$(mktemp)"
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON > "$log" 2>&1 \
+  || { tail -30 "$log"; exit 1; }
+grep "kiln:" "$log"
+cmake --build "$build" --target kiln_cuda_tests kiln_gpu_bench kiln_cli -j "$(nproc)" > "$log" 2>&1 \
+  || { grep -E "error|FAILED" "$log" | head -40; exit 1; }
+
+step "GPU tests"
+CUBLASLT_LOG_LEVEL=1 "$build/tests/kiln_cuda_tests" --gtest_output="json:$out/gpu_tests.json" > "$out/gpu_tests.log" 2>&1 || status=1
+grep -E "^\[  (PASSED|FAILED|SKIPPED) |block scales|Failure|error|cublasLt\]" "$out/gpu_tests.log" | head -60
+if [ -n "$sanitize" ] && command -v compute-sanitizer > /dev/null; then
+  step "GPU tests under compute-sanitizer (memcheck)"
+  compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 3 "$build/tests/kiln_cuda_tests" --gtest_filter='GpuDriver.*' \
+    > "$log" 2>&1 || status=1
+  tail -5 "$log"
+fi
+
+step "kiln GPU benchmarks"
+"$build/kiln-gpu-bench" --out "$out/gpu_bench.json" $quick || status=1
+
+step "PyTorch peer on the same GEMMs"
+python3 "$root/bench/gpu/torch_gemm.py" --out "$out/torch_gemm.json" $quick || status=1
+
+# The team's peer script for whole FLUX blocks (eager and torch.compile), when the call carries it: the device
+# tool sends only this checkout, so copy ../shared/bench/torch_flux_block.py to .peer/ and carry ".peer".
+# It runs torch.compile twice (default and max-autotune: ~4 minutes of device time), so only with --peer.
+if [ -n "$peer" ] && [ -f "$root/.peer/torch_flux_block.py" ]; then
+  step "PyTorch peer: FLUX blocks"
+  python3 "$root/.peer/torch_flux_block.py" > "$out/torch_flux_block.log" 2>&1 || status=1
+  grep RESULT "$out/torch_flux_block.log" | tail -3
+fi
+
+exit $status

@@ -1,0 +1,255 @@
+#include "cuda/gemm.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "cuda/driver.h"
+
+namespace kiln::cuda {
+
+namespace {
+
+Status lt_check(cublasStatus_t status, const std::string& call) {
+  if (status == CUBLAS_STATUS_SUCCESS) return ok_status();
+  return make_error(ErrorCode::device_error, fmt::format("{}: {} ({})", call, cublasLtGetStatusString(status),
+                                                         cublasLtGetStatusName(status)));
+}
+
+Result<cudaDataType_t> cuda_type(DType dtype) {
+  switch (dtype) {
+    case DType::bf16: return CUDA_R_16BF;
+    case DType::f16: return CUDA_R_16F;
+    case DType::f32: return CUDA_R_32F;
+    case DType::f8e4m3: return CUDA_R_8F_E4M3;
+    default: return make_error(ErrorCode::unsupported, fmt::format("cuBLASLt GEMM: no {} support", dtype_name(dtype)));
+  }
+}
+
+// The descriptors of one GEMM: matmul description and the three layouts. Pointers that live in the
+// description (bias, scales) are set per launch by `bind`.
+struct Descriptors {
+  cublasLtMatmulDesc_t matmul = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  ~Descriptors() {
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (d) cublasLtMatrixLayoutDestroy(d);
+    if (matmul) cublasLtMatmulDescDestroy(matmul);
+  }
+};
+
+template <class T>
+Status set_attribute(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attribute, const T& value,
+                     const char* name) {
+  return lt_check(cublasLtMatmulDescSetAttribute(desc, attribute, &value, sizeof value),
+                  fmt::format("cublasLtMatmulDescSetAttribute({})", name));
+}
+
+Status validate(const GemmDesc& desc) {
+  if (desc.m <= 0 || desc.n <= 0 || desc.k <= 0)
+    return make_error(ErrorCode::shape_error, fmt::format("GEMM {}: every extent must be positive", desc.str()));
+  const bool fp8 = desc.input == DType::f8e4m3;
+  if (!fp8 && desc.input != DType::bf16 && desc.input != DType::f16)
+    return make_error(ErrorCode::unsupported, fmt::format("GEMM {}: inputs must be bf16, f16 or f8e4m3", desc.str()));
+  if (fp8 != (desc.scaling != GemmScaling::none))
+    return make_error(ErrorCode::invalid_argument,
+                      fmt::format("GEMM {}: FP8 inputs need a scaling mode and only FP8 inputs take one", desc.str()));
+  if (fp8 && desc.k % 16 != 0)
+    return make_error(ErrorCode::unsupported, fmt::format("GEMM {}: FP8 needs k divisible by 16", desc.str()));
+  if (desc.output != DType::bf16 && desc.output != DType::f32 && desc.output != DType::f16)
+    return make_error(ErrorCode::unsupported, fmt::format("GEMM {}: output must be bf16, f16 or f32", desc.str()));
+  return ok_status();
+}
+
+Status make_descriptors(const GemmDesc& desc, Descriptors& out) {
+  KILN_TRY(validate(desc));
+  KILN_ASSIGN_OR_RETURN(cudaDataType_t in_type, cuda_type(desc.input));
+  KILN_ASSIGN_OR_RETURN(cudaDataType_t out_type, cuda_type(desc.output));
+  KILN_TRY(lt_check(cublasLtMatmulDescCreate(&out.matmul, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate"));
+  const cublasOperation_t transpose = CUBLAS_OP_T, none = CUBLAS_OP_N;
+  KILN_TRY(set_attribute(out.matmul, CUBLASLT_MATMUL_DESC_TRANSA, transpose, "TRANSA"));
+  KILN_TRY(set_attribute(out.matmul, CUBLASLT_MATMUL_DESC_TRANSB, none, "TRANSB"));
+  cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  if (desc.epilogue == GemmEpilogue::bias) epilogue = CUBLASLT_EPILOGUE_BIAS;
+  if (desc.epilogue == GemmEpilogue::bias_gelu) epilogue = CUBLASLT_EPILOGUE_GELU_BIAS;
+  KILN_TRY(set_attribute(out.matmul, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue, "EPILOGUE"));
+  if (desc.epilogue != GemmEpilogue::none) {
+    KILN_TRY(set_attribute(out.matmul, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<int32_t>(out_type),
+                           "BIAS_DATA_TYPE"));
+  }
+  if (desc.input == DType::f8e4m3) {
+    const int8_t fast = desc.fast_accumulation ? 1 : 0;
+    KILN_TRY(set_attribute(out.matmul, CUBLASLT_MATMUL_DESC_FAST_ACCUM, fast, "FAST_ACCUM"));
+    // A = w, B = x (see gemm.h).
+    int32_t w_mode = CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F, x_mode = CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
+    if (desc.scaling == GemmScaling::channel) w_mode = x_mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+    if (desc.scaling == GemmScaling::block) {
+      w_mode = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+      x_mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+    }
+    if (desc.scaling != GemmScaling::tensor) {
+      KILN_TRY(set_attribute(out.matmul, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, w_mode, "A_SCALE_MODE"));
+      KILN_TRY(set_attribute(out.matmul, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, x_mode, "B_SCALE_MODE"));
+    }
+  }
+  const uint64_t m = desc.m, n = desc.n, k = desc.k;
+  KILN_TRY(lt_check(cublasLtMatrixLayoutCreate(&out.a, in_type, k, n, k), "cublasLtMatrixLayoutCreate(w)"));
+  KILN_TRY(lt_check(cublasLtMatrixLayoutCreate(&out.b, in_type, k, m, k), "cublasLtMatrixLayoutCreate(x)"));
+  KILN_TRY(lt_check(cublasLtMatrixLayoutCreate(&out.d, out_type, n, m, n), "cublasLtMatrixLayoutCreate(y)"));
+  return ok_status();
+}
+
+Status bind(const GemmDesc& desc, const GemmArgs& args, Descriptors& d) {
+  if (desc.epilogue != GemmEpilogue::none) {
+    if (args.bias == nullptr)
+      return make_error(ErrorCode::invalid_argument, fmt::format("GEMM {}: the epilogue needs a bias", desc.str()));
+    KILN_TRY(set_attribute(d.matmul, CUBLASLT_MATMUL_DESC_BIAS_POINTER, args.bias, "BIAS_POINTER"));
+  }
+  if (desc.input == DType::f8e4m3) {
+    if (args.x_scale == nullptr || args.w_scale == nullptr)
+      return make_error(ErrorCode::invalid_argument, fmt::format("GEMM {}: FP8 needs x and w scales", desc.str()));
+    KILN_TRY(set_attribute(d.matmul, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, args.w_scale, "A_SCALE_POINTER"));
+    KILN_TRY(set_attribute(d.matmul, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, args.x_scale, "B_SCALE_POINTER"));
+  }
+  return ok_status();
+}
+
+std::string describe(const cublasLtMatmulAlgo_t& algo) {
+  auto read = [&](cublasLtMatmulAlgoConfigAttributes_t attribute) -> int64_t {
+    uint64_t value = 0;
+    size_t written = 0;
+    if (cublasLtMatmulAlgoConfigGetAttribute(&algo, attribute, &value, sizeof value, &written) !=
+        CUBLAS_STATUS_SUCCESS)
+      return -1;
+    // Attributes are 16- to 64-bit; the low bytes hold the value (little-endian).
+    if (written == 4) return static_cast<int64_t>(static_cast<uint32_t>(value));
+    if (written == 2) return static_cast<int64_t>(static_cast<uint16_t>(value));
+    return static_cast<int64_t>(value);
+  };
+  return fmt::format("id={} tile={} stages={} splitk={} swizzle={} cluster={}", read(CUBLASLT_ALGO_CONFIG_ID),
+                     read(CUBLASLT_ALGO_CONFIG_TILE_ID), read(CUBLASLT_ALGO_CONFIG_STAGES_ID),
+                     read(CUBLASLT_ALGO_CONFIG_SPLITK_NUM), read(CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING),
+                     read(CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID));
+}
+
+}  // namespace
+
+std::string GemmDesc::str() const {
+  const char* epi = epilogue == GemmEpilogue::none ? "" : epilogue == GemmEpilogue::bias ? " bias" : " bias+gelu";
+  const char* scale = scaling == GemmScaling::none      ? ""
+                      : scaling == GemmScaling::tensor  ? " scales=tensor"
+                      : scaling == GemmScaling::channel ? " scales=channel"
+                                                        : " scales=block";
+  return fmt::format("m={} n={} k={} {}->{}{}{}{}", m, n, k, dtype_name(input), dtype_name(output), epi, scale,
+                     fast_accumulation ? " fast-accum" : "");
+}
+
+struct BlasLt::State {
+  cublasLtHandle_t handle = nullptr;
+  DeviceBuffer workspace;
+  ~State() {
+    if (handle) cublasLtDestroy(handle);
+  }
+};
+
+BlasLt::BlasLt(std::unique_ptr<State> state) : state_(std::move(state)) {}
+BlasLt::BlasLt(BlasLt&&) noexcept = default;
+BlasLt& BlasLt::operator=(BlasLt&&) noexcept = default;
+BlasLt::~BlasLt() = default;
+
+Result<BlasLt> BlasLt::create(int64_t workspace_bytes) {
+  auto state = std::make_unique<State>();
+  KILN_TRY(lt_check(cublasLtCreate(&state->handle), "cublasLtCreate"));
+  KILN_ASSIGN_OR_RETURN(state->workspace, DeviceBuffer::allocate(workspace_bytes));
+  return BlasLt(std::move(state));
+}
+
+std::string BlasLt::version() {
+  const size_t v = cublasLtGetVersion();  // e.g. 130000 = 13.0.0
+  return fmt::format("{}.{}.{}", v / 10000, (v / 100) % 100, v % 100);
+}
+
+Result<std::vector<GemmAlgorithm>> BlasLt::algorithms(const GemmDesc& desc, int max_count) const {
+  Descriptors d;
+  KILN_TRY(make_descriptors(desc, d));
+  // The vector and block scaling modes need their scale pointers (and epilogues their bias) set before the
+  // heuristic will answer; it never dereferences them, so any device address stands in for the real ones.
+  GemmArgs placeholder;
+  placeholder.bias = state_->workspace.data();
+  placeholder.x_scale = placeholder.w_scale = static_cast<const float*>(state_->workspace.data());
+  KILN_TRY(bind(desc, placeholder, d));
+  cublasLtMatmulPreference_t preference = nullptr;
+  KILN_TRY(lt_check(cublasLtMatmulPreferenceCreate(&preference), "cublasLtMatmulPreferenceCreate"));
+  struct Destroy {
+    cublasLtMatmulPreference_t p;
+    ~Destroy() { cublasLtMatmulPreferenceDestroy(p); }
+  } destroy{preference};
+  const uint64_t workspace = static_cast<uint64_t>(state_->workspace.bytes());
+  KILN_TRY(lt_check(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                         &workspace, sizeof workspace),
+                    "cublasLtMatmulPreferenceSetAttribute(MAX_WORKSPACE_BYTES)"));
+  std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(std::max(1, max_count)));
+  int returned = 0;
+  KILN_TRY(lt_check(cublasLtMatmulAlgoGetHeuristic(state_->handle, d.matmul, d.a, d.b, d.d, d.d, preference,
+                                                   static_cast<int>(results.size()), results.data(), &returned),
+                    fmt::format("cublasLtMatmulAlgoGetHeuristic({})", desc.str())));
+  std::vector<GemmAlgorithm> algorithms;
+  for (int i = 0; i < returned; ++i) {
+    if (results[i].state != CUBLAS_STATUS_SUCCESS) continue;
+    algorithms.push_back({results[i].algo, results[i].workspaceSize, i, describe(results[i].algo)});
+  }
+  if (algorithms.empty())
+    return make_error(ErrorCode::unsupported, fmt::format("cuBLASLt has no algorithm for GEMM {}", desc.str()));
+  return algorithms;
+}
+
+Status BlasLt::run(const GemmDesc& desc, const GemmAlgorithm& algorithm, const GemmArgs& args,
+                   CUstream stream) const {
+  Descriptors d;
+  KILN_TRY(make_descriptors(desc, d));
+  KILN_TRY(bind(desc, args, d));
+  const float alpha = 1.0f, beta = 0.0f;
+  return lt_check(cublasLtMatmul(state_->handle, d.matmul, &alpha, args.w, d.a, args.x, d.b, &beta, args.y, d.d,
+                                 args.y, d.d, &algorithm.algo, state_->workspace.data(),
+                                 static_cast<size_t>(state_->workspace.bytes()), reinterpret_cast<cudaStream_t>(stream)),
+                  fmt::format("cublasLtMatmul({})", desc.str()));
+}
+
+Result<std::vector<double>> BlasLt::benchmark(const GemmDesc& desc, const std::vector<GemmAlgorithm>& algorithms,
+                                              const std::vector<GemmArgs>& rotation, CUstream stream,
+                                              int reps) const {
+  if (rotation.empty()) return make_error(ErrorCode::invalid_argument, "GEMM benchmark needs at least one argument set");
+  Descriptors d;
+  KILN_TRY(make_descriptors(desc, d));
+  KILN_ASSIGN_OR_RETURN(Event start, Event::create());
+  KILN_ASSIGN_OR_RETURN(Event end, Event::create());
+  const float alpha = 1.0f, beta = 0.0f;
+  size_t next = 0;
+  auto launch_one = [&](const GemmAlgorithm& algorithm) -> Status {
+    const GemmArgs& args = rotation[next++ % rotation.size()];
+    KILN_TRY(bind(desc, args, d));
+    return lt_check(cublasLtMatmul(state_->handle, d.matmul, &alpha, args.w, d.a, args.x, d.b, &beta, args.y, d.d,
+                                   args.y, d.d, &algorithm.algo, state_->workspace.data(),
+                                   static_cast<size_t>(state_->workspace.bytes()),
+                                   reinterpret_cast<cudaStream_t>(stream)),
+                    fmt::format("cublasLtMatmul({})", desc.str()));
+  };
+  std::vector<double> medians;
+  for (const GemmAlgorithm& algorithm : algorithms) {
+    for (int i = 0; i < 3; ++i) KILN_TRY(launch_one(algorithm));
+    std::vector<double> samples;
+    for (int r = 0; r < reps; ++r) {
+      KILN_TRY(start.record(stream));
+      KILN_TRY(launch_one(algorithm));
+      KILN_TRY(end.record(stream));
+      KILN_ASSIGN_OR_RETURN(double ms, Event::elapsed_ms(start, end));
+      samples.push_back(ms);
+    }
+    std::nth_element(samples.begin(), samples.begin() + samples.size() / 2, samples.end());
+    medians.push_back(samples[samples.size() / 2]);
+  }
+  return medians;
+}
+
+}  // namespace kiln::cuda

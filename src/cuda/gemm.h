@@ -1,0 +1,82 @@
+// GEMMs through cuBLASLt: kiln's `linear` and `scaled_linear`, y[m, n] = x[m, k] · w[n, k]ᵀ (+ bias[n]) (GELU),
+// row-major, in bf16 or FP8 e4m3 with f32 scales. The algorithms cuBLASLt offers for a shape are the tuning
+// space: `gemm_algorithms` lists them, `gemm_run` runs one, and the tuner times them (gemm_benchmark).
+//
+// Layout: cuBLASLt is column-major, so the row-major product is computed as its transpose
+// yᵀ[n, m] = w[n, k] · xᵀ[k, m] with A = w (op T), B = x (op N): the "TN" form that FP8 on sm_90 requires.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ir/dtype.h"
+#include "util/result.h"
+
+namespace kiln::cuda {
+
+enum class GemmEpilogue { none, bias, bias_gelu };  // gelu is the tanh approximation, as kiln's gelu_tanh
+
+// How the f32 scales of an FP8 GEMM are laid out (kiln's fp8_scaling option, ir/ops/quant.cpp):
+// tensor: one scale each; channel: w per output row [n], x per token [m];
+// block: w per 128x128 block [ceil(n/128), ceil(k/128)] row-major, x per 1x128 block stored k-block-major,
+// [ceil(k/128), m] (tokens contiguous) — the layout cuBLASLt 13.1 reads on sm_90, measured by gpu_gemm_test.
+enum class GemmScaling { none, tensor, channel, block };
+
+struct GemmDesc {
+  int64_t m = 0, n = 0, k = 0;
+  DType input = DType::bf16;   // bf16 or f8e4m3 (x and w alike)
+  DType output = DType::bf16;  // bf16 or f32
+  GemmEpilogue epilogue = GemmEpilogue::none;
+  GemmScaling scaling = GemmScaling::none;  // required for f8e4m3, none otherwise
+  bool fast_accumulation = false;           // FP8 only: Hopper's faster, less precise accumulation
+
+  std::string str() const;  // "m=4096 n=9216 k=3072 bf16->bf16 bias"
+};
+
+struct GemmArgs {
+  const void* x = nullptr;     // [m, k]
+  const void* w = nullptr;     // [n, k]
+  void* y = nullptr;           // [m, n]
+  const void* bias = nullptr;  // [n], output dtype (bf16 for FP8 GEMMs with a bf16 output)
+  const float* x_scale = nullptr;
+  const float* w_scale = nullptr;
+};
+
+struct GemmAlgorithm {
+  cublasLtMatmulAlgo_t algo;
+  size_t workspace_bytes = 0;
+  int heuristic_rank = 0;   // 0 = cuBLASLt's first choice
+  std::string description;  // tile, stages, split-k... as read back from the algorithm's config
+};
+
+class BlasLt {
+ public:
+  static Result<BlasLt> create(int64_t workspace_bytes = 64ll << 20);
+  BlasLt(BlasLt&&) noexcept;
+  BlasLt& operator=(BlasLt&&) noexcept;
+  ~BlasLt();
+
+  // Every algorithm cuBLASLt's heuristic returns for the shape (up to max_count), in its order.
+  // Error (unsupported) naming the shape when it has none.
+  Result<std::vector<GemmAlgorithm>> algorithms(const GemmDesc& desc, int max_count = 64) const;
+  Status run(const GemmDesc& desc, const GemmAlgorithm& algorithm, const GemmArgs& args, CUstream stream) const;
+
+  // Median ms of `reps` launches of each algorithm (after warm-up), events on `stream`; rotates over the
+  // given argument sets so weights come from memory, not L2.
+  Result<std::vector<double>> benchmark(const GemmDesc& desc, const std::vector<GemmAlgorithm>& algorithms,
+                                        const std::vector<GemmArgs>& rotation, CUstream stream, int reps) const;
+
+  static std::string version();
+
+ private:
+  struct State;
+  explicit BlasLt(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace kiln::cuda

@@ -1,0 +1,337 @@
+// kiln-gpu-bench: the GPU figures the CUDA backend is measured against, in one run on one machine.
+//   - copy bandwidth (driver device-to-device copy, and a 16-byte-vector copy kernel): the memory floor;
+//   - every cuBLASLt algorithm for each GEMM of a FLUX.1-dev block (bf16 and FP8 e4m3 with each scaling
+//     mode), so that "within 3% of the best algorithm" and "FP8 vs bf16" are read off one table.
+// Writes JSON (bench/gpu/run.sh keeps it under bench/results/). Benchmarks, not tests.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#ifdef KILN_HAS_CUDNN
+#include "cuda/attention.h"
+#endif
+#include "cuda/driver.h"
+#include "cuda/gemm.h"
+#include "cuda/nvrtc.h"
+
+using namespace kiln;
+using namespace kiln::cuda;
+using nlohmann::json;
+
+namespace {
+
+const char* kKernels = R"(
+__device__ unsigned hash(unsigned x) {
+  x ^= x >> 16; x *= 0x7feb352du; x ^= x >> 15; x *= 0x846ca68bu; x ^= x >> 16; return x;
+}
+// bf16 values uniform in about [-1, 1).
+extern "C" __global__ void fill_bf16(unsigned short* out, long long n, unsigned seed) {
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+    float v = (hash((unsigned)i ^ seed) & 0xffffff) * (2.0f / 16777216.0f) - 1.0f;
+    out[i] = (unsigned short)(__float_as_uint(v) >> 16);
+  }
+}
+// e4m3 values with exponents 2^-3..2^3 and random sign/mantissa: finite, no NaN.
+extern "C" __global__ void fill_e4m3(unsigned char* out, long long n, unsigned seed) {
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+    unsigned h = hash((unsigned)i ^ seed);
+    out[i] = (unsigned char)((h & 0x80) | ((4 + (h >> 8) % 7) << 3) | ((h >> 16) & 7));
+  }
+}
+extern "C" __global__ void fill_f32(float* out, long long n, float value) {
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+    out[i] = value;
+}
+extern "C" __global__ void copy16(const uint4* __restrict__ in, uint4* __restrict__ out, long long n) {
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+    out[i] = in[i];
+}
+)";
+
+[[noreturn]] void die(const Error& error) {
+  std::fprintf(stderr, "kiln-gpu-bench: %s\n", error.message.c_str());
+  std::exit(1);
+}
+
+template <class T>
+T must(Result<T> result) {
+  if (!result.ok()) die(result.error());
+  return std::move(result).value();
+}
+
+void must(Status status) {
+  if (!status.ok()) die(status.error());
+}
+
+struct Kernels {
+  Module module;
+  CUfunction fill_bf16, fill_e4m3, fill_f32, copy16;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Median ms of `reps` runs of `work` between events on `stream`, after 3 warm-up runs.
+template <class F>
+double time_ms(CUstream stream, int reps, F work) {
+  Event start = must(Event::create()), end = must(Event::create());
+  for (int i = 0; i < 3; ++i) must(work());
+  std::vector<double> samples;
+  for (int r = 0; r < reps; ++r) {
+    must(start.record(stream));
+    must(work());
+    must(end.record(stream));
+    samples.push_back(must(Event::elapsed_ms(start, end)));
+  }
+  return median(samples);
+}
+
+LaunchShape grid_for(const DeviceInfo& info) {
+  return {.grid_x = static_cast<unsigned>(info.multiprocessors * 8), .block_x = 256};
+}
+
+json bandwidth(const DeviceInfo& info, const Kernels& k, CUstream stream) {
+  const int64_t bytes = 2ll << 30;  // 2 GiB each way: far past the 50 MB L2
+  DeviceBuffer a = must(DeviceBuffer::allocate(bytes)), b = must(DeviceBuffer::allocate(bytes));
+  must(a.fill_bytes(1));
+  const double driver_ms = time_ms(stream, 10, [&] {
+    return copy_async(b.ptr(), a.ptr(), bytes, stream);
+  });
+  CUdeviceptr in = a.ptr(), out = b.ptr();
+  long long n = bytes / 16;
+  const double kernel_ms =
+      time_ms(stream, 10, [&] { return launch(k.copy16, grid_for(info), stream, {&in, &out, &n}); });
+  auto tbps = [&](double ms) { return 2.0 * static_cast<double>(bytes) / (ms * 1e-3) / 1e12; };
+  std::printf("copy bandwidth: driver %.3f TB/s, copy16 kernel %.3f TB/s (2 GiB read + written)\n",
+              tbps(driver_ms), tbps(kernel_ms));
+  return {{"bytes_each_way", bytes},
+          {"driver_copy_ms", driver_ms},
+          {"driver_copy_tbps", tbps(driver_ms)},
+          {"copy16_kernel_ms", kernel_ms},
+          {"copy16_kernel_tbps", tbps(kernel_ms)}};
+}
+
+void fill(const Kernels& k, const DeviceInfo& info, CUstream stream, DType dtype, const DeviceBuffer& buffer,
+          unsigned seed) {
+  CUdeviceptr p = buffer.ptr();
+  long long n = buffer.bytes() / static_cast<long long>(dtype_size(dtype));
+  if (dtype == DType::bf16) must(launch(k.fill_bf16, grid_for(info), stream, {&p, &n, &seed}));
+  else if (dtype == DType::f8e4m3) must(launch(k.fill_e4m3, grid_for(info), stream, {&p, &n, &seed}));
+}
+
+struct Shape {
+  const char* name;
+  int64_t m, n, k;
+};
+
+json bench_gemm(const BlasLt& blas, const Kernels& k, const DeviceInfo& info, CUstream stream, const Shape& shape,
+                DType input, GemmScaling scaling, GemmEpilogue epilogue, int reps) {
+  GemmDesc desc{.m = shape.m, .n = shape.n, .k = shape.k, .input = input, .output = DType::bf16,
+                .epilogue = epilogue, .scaling = scaling};
+  json row = {{"shape", shape.name}, {"desc", desc.str()}, {"m", shape.m}, {"n", shape.n}, {"k", shape.k}};
+  auto algorithms = blas.algorithms(desc, 32);
+  if (!algorithms.ok()) {
+    row["error"] = algorithms.error().message;
+    std::printf("%-28s %-48s unsupported: %s\n", shape.name, desc.str().c_str(), algorithms.error().message.c_str());
+    return row;
+  }
+  // Enough copies of x and w that one rotation exceeds 4x the L2, so weights stream from memory.
+  const int64_t x_bytes = shape.m * shape.k * static_cast<int64_t>(dtype_size(input));
+  const int64_t w_bytes = shape.n * shape.k * static_cast<int64_t>(dtype_size(input));
+  const int copies = static_cast<int>(std::clamp<int64_t>(4 * info.l2_bytes / (x_bytes + w_bytes) + 1, 1, 16));
+  std::vector<DeviceBuffer> owned;
+  auto scales_of = [&](int64_t count) {
+    DeviceBuffer s = must(DeviceBuffer::allocate(count * 4));
+    CUdeviceptr p = s.ptr();
+    long long n = count;
+    float value = 0.0625f;
+    must(launch(k.fill_f32, grid_for(info), stream, {&p, &n, &value}));
+    owned.push_back(std::move(s));
+    return static_cast<const float*>(owned.back().data());
+  };
+  const int64_t kb = (shape.k + 127) / 128;
+  DeviceBuffer bias = must(DeviceBuffer::allocate(shape.n * 2));
+  fill(k, info, stream, DType::bf16, bias, 99);
+  DeviceBuffer y = must(DeviceBuffer::allocate(shape.m * shape.n * 2));
+  std::vector<GemmArgs> rotation;
+  owned.reserve(4 * copies + 4);
+  for (int c = 0; c < copies; ++c) {
+    owned.push_back(must(DeviceBuffer::allocate(x_bytes)));
+    fill(k, info, stream, input, owned.back(), 2 * c + 1);
+    const void* x = owned.back().data();
+    owned.push_back(must(DeviceBuffer::allocate(w_bytes)));
+    fill(k, info, stream, input, owned.back(), 2 * c + 2);
+    GemmArgs args{.x = x, .w = owned.back().data(), .y = y.data()};
+    if (epilogue != GemmEpilogue::none) args.bias = bias.data();
+    if (scaling == GemmScaling::tensor) args.x_scale = scales_of(1), args.w_scale = scales_of(1);
+    if (scaling == GemmScaling::channel) args.x_scale = scales_of(shape.m), args.w_scale = scales_of(shape.n);
+    if (scaling == GemmScaling::block)
+      args.x_scale = scales_of(shape.m * kb), args.w_scale = scales_of(((shape.n + 127) / 128) * kb);
+    rotation.push_back(args);
+  }
+  must(synchronize(stream));
+  auto times = blas.benchmark(desc, *algorithms, rotation, stream, reps);
+  if (!times.ok()) {
+    row["error"] = times.error().message;
+    return row;
+  }
+  const double flops = 2.0 * shape.m * shape.n * shape.k;
+  size_t best = std::min_element(times->begin(), times->end()) - times->begin();
+  json algos = json::array();
+  for (size_t i = 0; i < times->size(); ++i)
+    algos.push_back({{"rank", (*algorithms)[i].heuristic_rank}, {"config", (*algorithms)[i].description},
+                     {"ms", (*times)[i]}, {"tflops", flops / ((*times)[i] * 1e-3) / 1e12}});
+  row["algorithms"] = algos;
+  row["heuristic_ms"] = (*times)[0];
+  row["best_ms"] = (*times)[best];
+  row["best_rank"] = best;
+  row["best_tflops"] = flops / ((*times)[best] * 1e-3) / 1e12;
+  row["heuristic_over_best"] = (*times)[0] / (*times)[best];
+  row["rotation_copies"] = copies;
+  std::printf("%-28s %-48s %2zu algos  heuristic %.4f ms  best %.4f ms (#%zu, %.0f TFLOP/s)  ratio %.3f\n",
+              shape.name, desc.str().c_str(), times->size(), (*times)[0], (*times)[best], best,
+              row["best_tflops"].get<double>(), (*times)[0] / (*times)[best]);
+  return row;
+}
+
+#ifdef KILN_HAS_CUDNN
+// cuDNN attention at FLUX's joint shape: every plan cuDNN builds, in the head-major layout PyTorch's SDPA
+// gets and read straight from the token-major layout the QKV projection writes.
+json bench_attention(const Kernels& k, const DeviceInfo& info, CUstream stream, bool token_major, int reps) {
+  AttentionDesc desc{.batch = 1, .heads = 24, .q_tokens = 4608, .kv_tokens = 4608, .head_dim = 128};
+  if (token_major) {
+    // q, k, v interleaved as the merged QKV GEMM writes them: [b, s, 3, h, d].
+    const int64_t row = 3 * desc.heads * desc.head_dim;
+    desc.q_stride = desc.k_stride = desc.v_stride = {desc.q_tokens * row, desc.head_dim, row, 1};
+    desc.o_stride = AttentionDesc::token_major(desc.heads, desc.q_tokens, desc.head_dim);
+  }
+  json row = {{"desc", desc.str()}, {"layout", token_major ? "qkv [b,s,3,h,d] -> o [b,s,h,d]" : "[b,h,s,d]"}};
+  auto attention = CudnnAttention::create(desc, stream);
+  if (!attention.ok()) {
+    row["error"] = attention.error().message;
+    std::printf("attention %s: %s\n", desc.str().c_str(), attention.error().message.c_str());
+    return row;
+  }
+  const int64_t elements = desc.batch * desc.heads * desc.q_tokens * desc.head_dim;
+  DeviceBuffer qkv = must(DeviceBuffer::allocate(3 * elements * 2));
+  DeviceBuffer o = must(DeviceBuffer::allocate(elements * 2));
+  DeviceBuffer workspace = must(DeviceBuffer::allocate(std::max<int64_t>(attention->workspace_bytes(), 1)));
+  fill(k, info, stream, DType::bf16, qkv, 7);
+  const char* base = static_cast<const char*>(qkv.data());
+  const void *q = base, *kk, *v;
+  if (token_major) {
+    kk = base + desc.heads * desc.head_dim * 2;
+    v = base + 2 * desc.heads * desc.head_dim * 2;
+  } else {
+    kk = base + elements * 2;
+    v = base + 2 * elements * 2;
+  }
+  const double flops = 4.0 * desc.batch * desc.heads * desc.q_tokens * desc.kv_tokens * desc.head_dim;
+  json plans = json::array();
+  double best = 1e30, heuristic = 0;
+  for (int64_t plan = -1; plan < attention->plan_count(); ++plan) {
+    if (!attention->run(q, kk, v, o.data(), workspace.data(), plan).ok()) continue;
+    const double ms = time_ms(stream, reps, [&] { return attention->run(q, kk, v, o.data(), workspace.data(), plan); });
+    if (plan < 0) heuristic = ms;
+    best = std::min(best, ms);
+    plans.push_back({{"plan", plan}, {"ms", ms}, {"tflops", flops / (ms * 1e-3) / 1e12}});
+  }
+  row["plans"] = plans;
+  row["heuristic_ms"] = heuristic;
+  row["best_ms"] = best;
+  row["best_tflops"] = flops / (best * 1e-3) / 1e12;
+  std::printf("attention %-44s %-32s %zu plans  heuristic %.4f ms  best %.4f ms (%.0f TFLOP/s)\n", desc.str().c_str(),
+              row["layout"].get<std::string>().c_str(), plans.size(), heuristic, best, row["best_tflops"].get<double>());
+  return row;
+}
+#endif
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string out_path;
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--out" && i + 1 < argc) out_path = argv[++i];
+    else if (arg == "--quick") quick = true;
+    else {
+      std::fprintf(stderr, "usage: kiln-gpu-bench --out FILE.json [--quick]\n");
+      return 2;
+    }
+  }
+  if (out_path.empty()) {
+    std::fprintf(stderr, "usage: kiln-gpu-bench --out FILE.json [--quick]\n");
+    return 2;
+  }
+  Context context = must(Context::open(0));
+  const DeviceInfo& info = context.info();
+  std::printf("%s (%s, %d SMs, L2 %lld MB, driver %d), cuBLASLt %s, NVRTC %s\n", info.name.c_str(),
+              info.arch().c_str(), info.multiprocessors, static_cast<long long>(info.l2_bytes >> 20),
+              info.driver_version, BlasLt::version().c_str(), nvrtc_version().c_str());
+  NvrtcOutput compiled = must(nvrtc_compile(kKernels, "bench_kernels.cu", NvrtcOptions{info.arch(), {}, true}));
+  Module module = must(Module::load(compiled.cubin));
+  Kernels k{std::move(module), {}, {}, {}, {}};
+  k.fill_bf16 = must(k.module.function("fill_bf16"));
+  k.fill_e4m3 = must(k.module.function("fill_e4m3"));
+  k.fill_f32 = must(k.module.function("fill_f32"));
+  k.copy16 = must(k.module.function("copy16"));
+  Stream stream = must(Stream::create());
+
+  json report = {{"tool", "kiln-gpu-bench"},
+                 {"protocol", "kiln-bench-gpu/1: CUDA events per launch, median of reps after 3 warm-ups, "
+                              "inputs rotated over >4x L2"},
+                 {"device",
+                  {{"name", info.name}, {"arch", info.arch()}, {"sms", info.multiprocessors},
+                   {"l2_bytes", info.l2_bytes}, {"memory_bytes", info.memory_bytes},
+                   {"clock_khz", info.clock_khz}, {"driver_version", info.driver_version}}},
+                 {"cublaslt_version", BlasLt::version()},
+                 {"nvrtc_version", nvrtc_version()}};
+  report["bandwidth"] = bandwidth(info, k, stream.handle());
+
+  BlasLt blas = must(BlasLt::create());
+  // The GEMMs of FLUX.1-dev's blocks at 1024x1024 (4096 image + 512 text tokens), hidden 3072.
+  std::vector<Shape> shapes = {
+      {"double.img.qkv", 4096, 9216, 3072},   {"double.img.proj", 4096, 3072, 3072},
+      {"double.img.mlp_up", 4096, 12288, 3072}, {"double.img.mlp_down", 4096, 3072, 12288},
+      {"double.txt.qkv", 512, 9216, 3072},    {"double.txt.mlp_up", 512, 12288, 3072},
+      {"single.linear1", 4608, 21504, 3072},  {"single.linear2", 4608, 3072, 15360},
+  };
+  if (quick) shapes.resize(2);
+  const int reps = quick ? 10 : 30;
+  json gemms = json::array();
+  for (const Shape& shape : shapes) {
+    gemms.push_back(bench_gemm(blas, k, info, stream.handle(), shape, DType::bf16, GemmScaling::none,
+                               GemmEpilogue::none, reps));
+    for (GemmScaling scaling : {GemmScaling::tensor, GemmScaling::channel, GemmScaling::block})
+      gemms.push_back(bench_gemm(blas, k, info, stream.handle(), shape, DType::f8e4m3, scaling, GemmEpilogue::none,
+                                 reps));
+  }
+  gemms.push_back(bench_gemm(blas, k, info, stream.handle(), shapes[0], DType::bf16, GemmScaling::none,
+                             GemmEpilogue::bias, reps));
+  gemms.push_back(bench_gemm(blas, k, info, stream.handle(), {"double.img.mlp_up", 4096, 12288, 3072}, DType::bf16,
+                             GemmScaling::none, GemmEpilogue::bias_gelu, reps));
+  report["gemms"] = gemms;
+#ifdef KILN_HAS_CUDNN
+  report["cudnn_version"] = CudnnAttention::version();
+  report["attention"] = {bench_attention(k, info, stream.handle(), false, reps),
+                         bench_attention(k, info, stream.handle(), true, reps)};
+#endif
+
+  std::ofstream out(out_path);
+  out << report.dump(2) << "\n";
+  if (!out) {
+    std::fprintf(stderr, "kiln-gpu-bench: cannot write %s\n", out_path.c_str());
+    return 1;
+  }
+  std::printf("wrote %s\n", out_path.c_str());
+  return 0;
+}
