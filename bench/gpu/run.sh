@@ -29,12 +29,12 @@ log="$(mktemp)"
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON > "$log" 2>&1 \
   || { tail -30 "$log"; exit 1; }
 grep "kiln:" "$log"
-cmake --build "$build" --target kiln_cuda_tests kiln_gpu_bench kiln_cli -j "$(nproc)" > "$log" 2>&1 \
+cmake --build "$build" --target kiln_cuda_tests kiln_gpu_bench kiln_gpu_worker kiln_worker kiln_cli -j "$(nproc)" > "$log" 2>&1 \
   || { grep -E "error|FAILED" "$log" | head -40; exit 1; }
 
 step "GPU tests"
 CUBLASLT_LOG_LEVEL=1 "$build/tests/kiln_cuda_tests" --gtest_output="json:$out/gpu_tests.json" > "$out/gpu_tests.log" 2>&1 || status=1
-grep -E "^\[  (PASSED|FAILED|SKIPPED) |block scales|Failure|error|cublasLt\]" "$out/gpu_tests.log" | head -60
+grep -E "^\[  (PASSED|FAILED|SKIPPED) |block scales|Failure|error|cublasLt\]|^  [a-z_]+\.cu " "$out/gpu_tests.log" | head -60
 if [ -n "$sanitize" ] && command -v compute-sanitizer > /dev/null; then
   step "GPU tests under compute-sanitizer (memcheck)"
   compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 3 "$build/tests/kiln_cuda_tests" --gtest_filter='GpuDriver.*' \

@@ -81,6 +81,8 @@ Result<Context> Context::open(int ordinal) {
 
 Status Context::make_current() const { return check(cu().cuCtxSetCurrent(state_->context), "cuCtxSetCurrent"); }
 
+Status Context::synchronize() const { return check(cu().cuCtxSynchronize(), "cuCtxSynchronize"); }
+
 Result<DeviceBuffer> DeviceBuffer::allocate(int64_t bytes) {
   KILN_TRY(require_driver());
   if (bytes < 0) return make_error(ErrorCode::invalid_argument, fmt::format("cannot allocate {} bytes", bytes));

@@ -39,6 +39,7 @@ class Context {
   static Result<Context> open(int ordinal = 0);
   const DeviceInfo& info() const { return state_->info; }
   Status make_current() const;
+  Status synchronize() const;  // everything issued in this context; a kernel's fault surfaces here
   CUcontext handle() const { return state_->context; }
 
  private:

@@ -61,6 +61,16 @@ std::string tail(const std::string& text, size_t max_bytes = 16 * 1024) {
 
 }  // namespace
 
+CompileOptions cuda_compile_options(const std::string& arch, const std::string& nvcc) {
+  CompileOptions options;
+  options.compiler = nvcc;
+  options.flags = {"-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC", "-arch=" + arch, "-cudart", "static",
+                   "-x", "cu"};
+  options.wall_seconds = 120;
+  options.memory_bytes = 8ll << 30;  // nvcc's front end and ptxas together
+  return options;
+}
+
 std::string compiler_version(const std::string& compiler) {
   static std::mutex mutex;
   static std::map<std::string, std::string> cache;
@@ -74,7 +84,11 @@ std::string compiler_version(const std::string& compiler) {
   std::string version = "unknown";
   auto r = run_sandboxed({{compiler, "--version"}, dir, limits});
   if (r.ok() && r->kind == ExitKind::exited && r->exit_code == 0) {
-    version = r->stdout_tail.substr(0, r->stdout_tail.find('\n'));
+    // The first line names most compilers' version; nvcc's first line is its banner and the last its build.
+    std::string text = r->stdout_tail;
+    while (!text.empty() && text.back() == '\n') text.pop_back();
+    version = text.find("NVIDIA") != std::string::npos ? text.substr(text.rfind('\n') + 1)
+                                                       : text.substr(0, text.find('\n'));
   }
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);

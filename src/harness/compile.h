@@ -22,6 +22,11 @@ struct CompileOptions {
   std::string cache_dir;
 };
 
+// Options for a candidate that runs on a GPU (WorkerDevice::cuda): the same source file and kiln_kernel entry
+// point, compiled by nvcc as CUDA C++ (kernels and the host code that launches them, on the default stream),
+// with the CUDA runtime linked statically so the shared object needs nothing at load time.
+CompileOptions cuda_compile_options(const std::string& arch = "sm_90", const std::string& nvcc = "/usr/local/cuda/bin/nvcc");
+
 struct CompiledCandidate {
   CandidateOutcome outcome;  // compiled, compile_error, compile_timeout or harness_fault
   std::string library_path;  // the shared object, when compiled

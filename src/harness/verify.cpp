@@ -37,12 +37,13 @@ void remove_dir(const std::string& dir, bool keep) {
 
 }  // namespace
 
-std::string default_worker_path() {
+std::string default_worker_path(WorkerDevice device) {
+  const char* name = device == WorkerDevice::cuda ? "kiln-gpu-worker" : "kiln-worker";
   std::error_code ec;
   const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
   if (ec) return "";
   for (const std::filesystem::path& dir : {exe.parent_path(), exe.parent_path().parent_path()}) {
-    const std::filesystem::path candidate = dir / "kiln-worker";
+    const std::filesystem::path candidate = dir / name;
     if (std::filesystem::exists(candidate, ec)) return candidate.string();
   }
   return "";
@@ -83,6 +84,7 @@ CandidateOutcome verify_candidate(const KernelTask& task, const std::string& lib
   request.outputs = task_output_types(task);
   request.guard_bytes = options.worker.guard_bytes;
   request.drop_privileges = options.worker.drop_privileges;
+  request.device = options.worker.device;
   if (options.trials_per_distribution < 1 || options.distributions.empty()) {
     return fault("verify options ask for no trials");
   }

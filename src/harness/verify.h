@@ -18,11 +18,13 @@
 #include "harness/inputs.h"
 #include "harness/outcome.h"
 #include "harness/task.h"
+#include "harness/worker_protocol.h"
 
 namespace kiln::harness {
 
 struct WorkerOptions {
-  std::string worker_path;  // empty: default_worker_path()
+  std::string worker_path;  // empty: default_worker_path(device)
+  WorkerDevice device = WorkerDevice::cpu;  // cuda: kernels get device pointers (kiln-gpu-worker)
   double wall_seconds = 10;
   // What a candidate may allocate beyond the worker's own buffers: an address-space limit, or in sanitizer
   // builds an RSS watchdog (worker.h).
@@ -49,7 +51,8 @@ CandidateOutcome evaluate_candidate(const KernelTask& task, const std::string& s
                                     const CompileOptions& compile = {}, const VerifyOptions& options = {});
 
 // kiln-worker next to the running executable or one folder up (build/kiln-worker for build/tests/kiln_tests).
-std::string default_worker_path();
+// kiln-worker (cpu) or kiln-gpu-worker (cuda) beside this executable or one folder up; empty when absent.
+std::string default_worker_path(WorkerDevice device = WorkerDevice::cpu);
 
 // A fresh scratch directory under `root` (the temp dir when empty), unique in this process.
 std::string make_scratch_dir(const std::string& root, const std::string& stem);

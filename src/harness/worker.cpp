@@ -102,12 +102,29 @@ struct CallBuffers {
   std::vector<kiln_tensor> input_desc, output_desc;
   std::vector<std::vector<int64_t>> shapes;
 
+  // On a GPU request: device copies of every input and output zone, mirrored around each call.
+  WorkerDeviceOps* device = nullptr;
+  std::vector<void*> device_inputs, device_outputs;
+
   CallBuffers(const WorkerRequest& r) : input_types(r.inputs), output_types(r.outputs) {
     guard = static_cast<size_t>(r.guard_bytes);
     for (const TensorType& t : input_types) inputs.push_back(allocate(type_bytes(t)));
     for (const TensorType& t : output_types) outputs.push_back(allocate(guard + type_bytes(t) + guard));
   }
+  void attach_device(WorkerDeviceOps* ops) {
+    device = ops;
+    auto device_zone = [&](size_t bytes) {
+      void* p = nullptr;
+      const std::string error = device->allocate(bytes, &p);
+      if (!error.empty()) fail(kWorkerExitSetupFailed, "device buffers: " + error);
+      return p;
+    };
+    for (const TensorType& t : input_types) device_inputs.push_back(device_zone(type_bytes(t)));
+    for (const TensorType& t : output_types) device_outputs.push_back(device_zone(guard + type_bytes(t) + guard));
+  }
   std::byte* output(size_t i) { return outputs[i].get() + guard; }
+  void* kernel_input(size_t i) { return device ? device_inputs[i] : inputs[i].get(); }
+  void* kernel_output(size_t i) { return device ? static_cast<std::byte*>(device_outputs[i]) + guard : output(i); }
 
   // Rebuilt before every call: a kernel that scribbles on its descriptors does not change the next call.
   void describe() {
@@ -117,12 +134,13 @@ struct CallBuffers {
     for (const TensorType& t : input_types) shapes.push_back(t.shape);
     for (const TensorType& t : output_types) shapes.push_back(t.shape);
     for (size_t i = 0; i < input_types.size(); ++i) {
-      input_desc.push_back({inputs[i].get(), shapes[i].data(), static_cast<int>(shapes[i].size()),
+      input_desc.push_back({kernel_input(i), shapes[i].data(), static_cast<int>(shapes[i].size()),
                             static_cast<int>(input_types[i].dtype)});
     }
     for (size_t i = 0; i < output_types.size(); ++i) {
       const auto& s = shapes[input_types.size() + i];
-      output_desc.push_back({output(i), s.data(), static_cast<int>(s.size()), static_cast<int>(output_types[i].dtype)});
+      output_desc.push_back(
+          {kernel_output(i), s.data(), static_cast<int>(s.size()), static_cast<int>(output_types[i].dtype)});
     }
   }
   void load_inputs(const std::string& packed) {
@@ -144,8 +162,28 @@ struct CallBuffers {
   }
   int call(KernelFn kernel) {
     describe();
-    return kernel(input_desc.data(), static_cast<int>(input_desc.size()), output_desc.data(),
-                  static_cast<int>(output_desc.size()));
+    if (device) mirror(true);
+    const int rc = kernel(input_desc.data(), static_cast<int>(input_desc.size()), output_desc.data(),
+                          static_cast<int>(output_desc.size()));
+    if (device) {
+      // Still inside the call as far as blame goes: a fault the kernel caused surfaces here.
+      const std::string error = device->synchronize();
+      if (!error.empty()) fail(kWorkerExitKernelFailed, "device error after the kernel call: " + error);
+      mirror(false);
+    }
+    return rc;
+  }
+  // Host -> device before a call (inputs, poisoned outputs with their guards); device -> host after it, so
+  // that what the parent checks is what the kernel left in device memory.
+  void mirror(bool to_device) {
+    auto move = [&](void* device_ptr, std::byte* host, size_t bytes) {
+      const std::string error = to_device ? device->upload(device_ptr, host, bytes) : device->download(host, device_ptr, bytes);
+      if (!error.empty()) fail(kWorkerExitKernelFailed, std::string("device copy ") + (to_device ? "to" : "from") +
+                                                            " the GPU failed: " + error);
+    };
+    for (size_t i = 0; i < input_types.size(); ++i) move(device_inputs[i], inputs[i].get(), type_bytes(input_types[i]));
+    for (size_t i = 0; i < output_types.size(); ++i)
+      move(device_outputs[i], outputs[i].get(), 2 * guard + type_bytes(output_types[i]));
   }
   void write_record(int fd, const RecordLayout& layout, size_t index) {
     std::vector<std::byte> record(layout.bytes);
@@ -169,8 +207,9 @@ int64_t statm_bytes(int field) {
 
 // The candidate may allocate `headroom` bytes beyond what the worker holds now: an address-space limit, or
 // under a sanitizer (whose shadow needs terabytes of address space) a watchdog on the resident set.
-void limit_memory(int64_t headroom) {
-  if (built_with_sanitizers()) {
+void limit_memory(int64_t headroom, bool gpu) {
+  // The CUDA driver reserves address space by the terabyte as well: a GPU worker watches its resident set.
+  if (built_with_sanitizers() || gpu) {
     const int64_t limit = statm_bytes(1) + headroom;
     std::thread([limit] {
       for (;;) {
@@ -380,7 +419,7 @@ void run_bench(const WorkerRequest& request, const std::vector<KernelFn>& kernel
 
 }  // namespace
 
-int worker_main(int argc, char** argv) {
+int worker_main(int argc, char** argv, WorkerDeviceOps* device) {
   // Descriptors the parent left open without close-on-exec (a database, a log) are not the candidate's.
   close_range(3, ~0u, 0);
   if (argc > 2) fail(kWorkerExitBadRequest, "usage: kiln-worker [scratch-dir]");
@@ -397,8 +436,16 @@ int worker_main(int argc, char** argv) {
   const int results_fd = open_output(kResultsFile);
   const int samples_fd = r.mode == WorkerMode::bench ? open_output(kSamplesFile) : -1;
   CallBuffers buffers(r);
+  const bool gpu = r.device == WorkerDevice::cuda;
+  if (gpu) {
+    if (device == nullptr) fail(kWorkerExitBadRequest, "this worker has no GPU support: use kiln-gpu-worker");
+    if (r.mode != WorkerMode::verify) fail(kWorkerExitBadRequest, "GPU requests verify only; GPU timing uses CUDA events");
+    const std::string error = device->init();
+    if (!error.empty()) fail(kWorkerExitSetupFailed, "GPU: " + error);
+    buffers.attach_device(device);
+  }
 
-  limit_memory(r.memory_bytes);
+  limit_memory(r.memory_bytes, gpu);
   std::atexit(on_exit_from_candidate);
   give_up_privileges(r.drop_privileges);
   std::vector<KernelFn> kernels;

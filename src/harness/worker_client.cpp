@@ -51,7 +51,7 @@ Tensor tensor_from(const TensorType& type, const std::byte* data) {
 
 Result<WorkerRun> run_worker(const WorkerRequest& request, const std::vector<std::vector<Tensor>>& input_sets,
                              const WorkerOptions& options, const std::string& scratch) {
-  const std::string worker = options.worker_path.empty() ? default_worker_path() : options.worker_path;
+  const std::string worker = options.worker_path.empty() ? default_worker_path(options.device) : options.worker_path;
   if (worker.empty() || !std::filesystem::exists(worker)) {
     return make_error(ErrorCode::io_error, "kiln-worker not found (looked for '" + worker + "')");
   }
@@ -59,6 +59,7 @@ Result<WorkerRun> run_worker(const WorkerRequest& request, const std::vector<std
   std::filesystem::create_directories(scratch, ec);
   WorkerRequest sent = request;
   sent.memory_bytes = options.memory_bytes;
+  sent.device = options.device;
   const std::string text = request_to_json(sent);
   if (ec || !write_file(scratch + "/" + kRequestFile, text.data(), text.size())) {
     return make_error(ErrorCode::io_error, "cannot write the worker request into " + scratch);

@@ -48,6 +48,7 @@ std::string request_to_json(const WorkerRequest& r) {
             {"trials", r.trials},
             {"drop_privileges", r.drop_privileges},
             {"memory_bytes", r.memory_bytes},
+            {"device", r.device == WorkerDevice::cuda ? "cuda" : "cpu"},
             {"bench",
              {{"warmup_seconds", b.warmup_seconds},
               {"min_seconds", b.min_seconds},
@@ -73,6 +74,9 @@ Result<WorkerRequest> request_from_json(const std::string& text) {
     r.trials = j.at("trials").get<int>();
     r.drop_privileges = j.at("drop_privileges").get<bool>();
     r.memory_bytes = j.at("memory_bytes").get<int64_t>();
+    const std::string device = j.value("device", std::string("cpu"));
+    if (device != "cpu" && device != "cuda") throw std::out_of_range("device " + device);
+    r.device = device == "cuda" ? WorkerDevice::cuda : WorkerDevice::cpu;
     const json& b = j.at("bench");
     r.bench.warmup_seconds = b.at("warmup_seconds").get<double>();
     r.bench.min_seconds = b.at("min_seconds").get<double>();

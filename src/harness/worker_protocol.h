@@ -15,6 +15,11 @@ namespace kiln::harness {
 
 enum class WorkerMode { verify, bench };
 
+// Where the candidate's buffers live. cuda: the worker (kiln-gpu-worker) mirrors its host buffers, guard zones
+// and poison included, into device memory around every call and hands the kernel device pointers; the
+// checks in the parent are the same.
+enum class WorkerDevice { cpu, cuda };
+
 // How the worker times (bench.h documents the protocol). One library: a plain benchmark; two: an interleaved
 // A/B comparison on the same buffers.
 struct BenchParams {
@@ -36,6 +41,7 @@ struct WorkerRequest {
   int trials = 0;                    // verify: input sets input_<t>.bin; bench: input_0.bin
   bool drop_privileges = true;       // a worker started as root runs candidate code as nobody
   int64_t memory_bytes = 1ll << 30;  // what the candidate may allocate beyond the worker's own buffers
+  WorkerDevice device = WorkerDevice::cpu;
   BenchParams bench;
 };
 
