@@ -334,6 +334,7 @@ class Lowerer {
         Index scale_idx;
         if (granularity == "token") {
           scale_idx.assign(idx.begin(), idx.end() - 1);
+          scale_idx.push_back(IndexExpr::of_constant(0));
         } else if (granularity == "block") {
           const std::vector<int64_t> block = n.attrs.get_ints("block", {1, 128});
           const size_t lead = q.size() - block.size();
@@ -440,6 +441,12 @@ Result<Kernel> lower_nodes(const Graph& graph, const std::vector<NodeId>& member
                           : op_has_trait(n.op, kTraitMatmul) || op_has_trait(n.op, kTraitAttention)
                               ? " (a library op: run it through Backend::run_library)"
                               : ""));
+    }
+    for (ValueId v : n.outputs) {
+      if (!dtype_is_float(graph.value(v).type.dtype)) {
+        return unsupported(graph.node_label(m) + " writes " + type_to_string(graph.value(v).type) +
+                           ": generated kernels handle floating dtypes only");
+      }
     }
   }
   // Uses inside the members, and which values escape.
