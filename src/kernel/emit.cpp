@@ -105,6 +105,18 @@ KILN_FN uint8_t kiln_f8_bits(float r, int mant, int emin, int bias) {
   const int m = (int)((ldexpf(a, -E) - 1.0f) * (float)(1 << mant));
   return (uint8_t)(sign | (uint32_t)(((E + bias) << mant) | m));
 }
+// Correct rounding of a double to bf16/f16 without double rounding: to f32 with round-to-odd, then RNE.
+KILN_FN float kiln_f32_odd(double d) {
+  const float f = (float)d;
+  if ((double)f == d || d != d) return f;
+  if (f == 0.0f) return kiln_as_float((d < 0 ? 0x80000000u : 0u) | 1u);
+  uint32_t u = kiln_as_uint(f);
+  if (u & 1u) return f;
+  const bool away = (f > 0.0f) == ((double)f < d);
+  return kiln_as_float(away ? u + 1u : u - 1u);
+}
+#define kiln_round_bf16_d(x) kiln_round_bf16(kiln_f32_odd(x))
+#define kiln_round_f16_d(x) kiln_round_f16(kiln_f32_odd(x))
 #define kiln_round_f8e4m3(x) kiln_round_f8((x), 3, -6, 448.0f, 1)
 #define kiln_round_f8e5m2(x) kiln_round_f8((x), 2, -14, 57344.0f, 0)
 #define kiln_f8e4m3_bits(x) kiln_f8_bits(kiln_round_f8e4m3(x), 3, -6, 7)
@@ -375,7 +387,20 @@ class KernelWriter {
         }
         break;
       }
-      case ExprKind::round: v = fmt::format("kiln_round_{}({})", dtype_name(e.dtype), operand(0)); break;
+      case ExprKind::round: {
+        // A sum, difference or quotient rounded to bf16/f16 is computed in double and rounded once, as the
+        // reference does: in f32 it could round twice. (Products of bf16/f16 values are exact in f32.)
+        const Expr& inner = k_.exprs[e.operands[0]];
+        const bool half = e.dtype == DType::bf16 || e.dtype == DType::f16;
+        if (half && inner.kind == ExprKind::binary && (inner.op == Op::add || inner.op == Op::sub || inner.op == Op::div)) {
+          const std::string a = emit(inner.operands[0]), b = emit(inner.operands[1]);
+          const char* sym = inner.op == Op::add ? "+" : inner.op == Op::sub ? "-" : "/";
+          v = fmt::format("kiln_round_{}_d((double){} {} (double){})", dtype_name(e.dtype), a, sym, b);
+          break;
+        }
+        v = fmt::format("kiln_round_{}({})", dtype_name(e.dtype), operand(0));
+        break;
+      }
       case ExprKind::select: {
         const std::string a = operand(0), b = operand(1);
         v = fmt::format("({}) < {} ? {} : {}", idx(e.condition), e.bound, a, b);
