@@ -7,7 +7,10 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "backend/plan.h"
 #include "cli/model_source.h"
+#include "harness/compare.h"
+#include "passes/pipeline.h"
 #include "models/weights.h"
 #include "ref/executor.h"
 #include "util/format.h"
@@ -22,6 +25,7 @@ struct RunArgs {
   std::string save_outputs;
   double max_memory_gb = 8.0;
   bool as_json = false;
+  std::string backend;  // empty: the reference executor only
 };
 
 uint64_t fnv1a(const std::byte* data, size_t n) {
@@ -71,6 +75,55 @@ double estimated_bytes(const Graph& graph) {
   return inputs + largest;
 }
 
+// The longest accumulation in the graph (GEMM K, a row), for the tolerance's sqrt(K) term.
+int64_t longest_accumulation(const Graph& graph) {
+  int64_t k = 1;
+  for (const Node& n : graph.nodes()) {
+    for (ValueId v : n.inputs) {
+      const Shape& s = graph.value(v).type.shape;
+      if (!s.empty()) k = std::max(k, s.back());
+    }
+  }
+  return k;
+}
+
+// Runs the optimized graph's fused plan on a backend and compares it with the reference outputs of the
+// original graph (and of the optimized one, which the plan must match within the numerics policy).
+Result<nlohmann::json> run_on_backend(const std::string& name, const Graph& graph,
+                                      const std::map<std::string, Tensor>& inputs,
+                                      const std::map<std::string, Tensor>& reference) {
+  KILN_ASSIGN_OR_RETURN(auto backend, backend::make_backend(name));
+  KILN_ASSIGN_OR_RETURN(passes::PipelineResult optimized, passes::run_pipeline(graph));
+  KILN_ASSIGN_OR_RETURN(auto optimized_reference, ref::run_graph(optimized.graph, inputs));
+  KILN_ASSIGN_OR_RETURN(auto plan, backend::Plan::build(*backend, optimized.graph));
+  KILN_TRY(plan->set_inputs(inputs));
+  KILN_TRY(plan->execute());  // warm
+  const auto start = std::chrono::steady_clock::now();
+  KILN_TRY(plan->execute());
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  KILN_ASSIGN_OR_RETURN(auto outputs, plan->outputs());
+  const backend::PlanSummary& s = plan->summary();
+  nlohmann::json j = {{"name", name}, {"device", backend->device().name}, {"kernels", s.kernels},
+                      {"library_calls", s.library_calls}, {"aliases", s.aliases}, {"fallbacks", s.fallbacks},
+                      {"compile_seconds", s.compile_seconds}, {"run_seconds", seconds}, {"notes", s.notes}};
+  const int64_t k = longest_accumulation(optimized.graph);
+  for (const auto& [out, want] : reference) {
+    const Tensor& got = outputs.at(out);
+    const harness::Comparison vs_original = harness::compare_output(want, got, {}, false, k);
+    const harness::Comparison passes = harness::compare_output(want, optimized_reference.at(out), {}, false, k);
+    const harness::Comparison vs_optimized = harness::compare_output(optimized_reference.at(out), got, {}, false, k);
+    const double passes_error = passes.stats.max_abs_error;
+    j["outputs"][out] = {{"max_error", vs_original.stats.max_abs_error},
+                         {"passes_error", passes_error},
+                         {"ratio_to_passes", passes_error > 0 ? vs_original.stats.max_abs_error / passes_error : 0.0},
+                         {"max_error_vs_optimized", vs_optimized.stats.max_abs_error},
+                         {"baseline_ratio_vs_optimized", vs_optimized.stats.baseline_ratio()},
+                         {"within_policy", vs_optimized.kind == harness::Mismatch::none},
+                         {"detail", vs_optimized.describe()}};
+  }
+  return j;
+}
+
 int run(const RunArgs& args) {
   auto graph = load_model(args.model);
   if (!graph.ok()) return report_error(graph.error());
@@ -105,6 +158,11 @@ int run(const RunArgs& args) {
   result["seed"] = args.seed;
   result["reference_seconds"] = seconds;
   for (const auto& [name, tensor] : *outputs) result["outputs"][name] = tensor_summary(tensor);
+  if (!args.backend.empty()) {
+    auto backend_result = run_on_backend(args.backend, *graph, inputs, *outputs);
+    if (!backend_result.ok()) return report_error(backend_result.error());
+    result["backend"] = *backend_result;
+  }
   if (!args.save_outputs.empty()) {
     auto saved = models::save_safetensors(args.save_outputs, *outputs);
     if (!saved.ok()) return report_error(saved.error());
@@ -114,6 +172,22 @@ int run(const RunArgs& args) {
     return 0;
   }
   fmt::print("model  {} (seed {}), reference executor: {:.3f} s\n", args.model, args.seed, seconds);
+  if (result.contains("backend")) {
+    const auto& b = result["backend"];
+    fmt::print("backend {} ({}): fused plan of {} kernels, {} library calls, {} free views, {} reference fallbacks; "
+               "compile {:.2f} s, run {:.4f} s\n",
+               b["name"].get<std::string>(), b["device"].get<std::string>(), b["kernels"].get<int>(),
+               b["library_calls"].get<int>(), b["aliases"].get<int>(), b["fallbacks"].get<int>(),
+               b["compile_seconds"].get<double>(), b["run_seconds"].get<double>());
+    for (const auto& [name, o] : b["outputs"].items()) {
+      fmt::print("  {:<10} max error vs reference {:.3g} ({:.2f}x the optimized graph's own error {:.3g}); vs the "
+                 "reference of the optimized graph {:.3g} ({:.2f}x baseline): {}\n",
+                 name, o["max_error"].get<double>(), o["ratio_to_passes"].get<double>(),
+                 o["passes_error"].get<double>(), o["max_error_vs_optimized"].get<double>(),
+                 o["baseline_ratio_vs_optimized"].get<double>(), o["within_policy"].get<bool>() ? "ok" : "MISMATCH");
+    }
+    for (const auto& note : b["notes"]) fmt::print("  note: {}\n", note.get<std::string>());
+  }
   for (const auto& [name, s] : result["outputs"].items()) {
     fmt::print("output {:<10} {}{}  min {:.6g}  max {:.6g}  mean {:.6g}  std {:.6g}  nan {}  inf {}  checksum {}\n",
                name, s["dtype"].get<std::string>(), shape_to_string(s["shape"].get<Shape>()), s["min"].get<double>(),
@@ -137,6 +211,9 @@ void add_run_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--max-memory", args->max_memory_gb, "refuse runs estimated above this many GB")
       ->capture_default_str();
   cmd->add_flag("--json", args->as_json, "print the result as JSON");
+  cmd->add_option("--backend", args->backend,
+                  "also run the optimized graph's fused plan on this backend (cpu) and report its error vs the "
+                  "reference");
   cmd->callback([=] { *exit_code = run(*args); });
 }
 

@@ -1,0 +1,95 @@
+// The backend interface: the narrow set of calls every device implements (DESIGN.md decision 6). A backend
+// describes its device, owns device memory, compiles generated source (kernel/emit.h) into loaded kernels,
+// launches them, runs library ops (GEMMs, attention) and times work. `supports` says, per op and types,
+// whether the backend can run it at all; an unsupported op is reported as an Error naming it, never a crash.
+//
+// Tensors on a device are dense and row-major (DeviceTensor); views are expressed by pointing into another
+// tensor's memory (a contiguous window) or are loaded through index maps inside generated kernels.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+#include "kernel/emit.h"
+
+namespace kiln::backend {
+
+struct DeviceInfo {
+  std::string kind;  // "cpu" | "cuda"
+  std::string name;  // "Intel(R) Xeon(R) Processor" / "NVIDIA H200"
+  int compute_units = 0;               // cores / SMs
+  int64_t cache_bytes = 0;             // last-level cache / L2
+  int64_t memory_bytes = 0;            // device memory
+  double bandwidth_bytes_per_second = 0;  // measured: bytes read + written per second by a large copy
+  double flops_per_second = 0;            // measured: f32 (CPU) / bf16 (CUDA) GEMM rate
+};
+
+// A dense row-major tensor in device memory. Does not own its memory.
+struct DeviceTensor {
+  void* data = nullptr;
+  TensorType type;
+  size_t bytes() const { return type_bytes(type); }
+};
+
+// A compiled module: the kernels of one emitted source, loaded and ready to launch.
+class LoadedModule {
+ public:
+  virtual ~LoadedModule() = default;
+  virtual int kernel_count() const = 0;
+  virtual const kernel::EmittedKernel& kernel(int index) const = 0;
+};
+
+struct TimingOptions {
+  int warmup = 2;
+  int repetitions = 10;
+};
+
+struct Timing {
+  double median_seconds = 0;
+  double min_seconds = 0;
+  int repetitions = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual const DeviceInfo& device() const = 0;
+  virtual kernel::Target target() const = 0;  // the emitter dialect it compiles
+
+  // Device memory. allocate zero-fills; release accepts what allocate returned (once).
+  virtual Result<DeviceTensor> allocate(const TensorType& type) = 0;
+  virtual void release(DeviceTensor& tensor) = 0;
+  virtual Status copy_to_device(const Tensor& host, const DeviceTensor& device) = 0;
+  virtual Result<Tensor> copy_to_host(const DeviceTensor& device) = 0;
+  virtual Status copy(const DeviceTensor& from, const DeviceTensor& to) = 0;
+
+  // Source (from kernel::emit_module for this backend's target) -> loaded kernels. Compile errors come back
+  // with the compiler's log.
+  virtual Result<std::shared_ptr<LoadedModule>> compile(const kernel::EmittedModule& module) = 0;
+  // Runs kernel `index` of `module` on tensors of exactly the kernel's types, inputs then outputs in kernel
+  // order; a type mismatch is an Error naming the tensor.
+  virtual Status launch(const LoadedModule& module, int index, std::span<const DeviceTensor> inputs,
+                        std::span<const DeviceTensor> outputs) = 0;
+
+  // Whether the backend can run `op` on these input types (as a library call or inside generated kernels).
+  virtual Status supports(Op op, std::span<const TensorType> inputs, const Attrs& attrs) const = 0;
+  // Library ops: matmul, linear, scaled_linear, attention (and gather). Outputs are allocated by the caller
+  // with the types inference gives.
+  virtual Status run_library(Op op, const Attrs& attrs, std::span<const DeviceTensor> inputs,
+                             std::span<const DeviceTensor> outputs) = 0;
+
+  // Waits for all launched work.
+  virtual Status synchronize() = 0;
+  // Times `work` (which launches device work) on the device's own clock, after warm-up.
+  virtual Result<Timing> time(const std::function<Status()>& work, const TimingOptions& options = {}) = 0;
+};
+
+// "cpu" (always) or another compiled-in backend; the error lists the available names.
+Result<std::unique_ptr<Backend>> make_backend(const std::string& name);
+
+}  // namespace kiln::backend

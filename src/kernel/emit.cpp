@@ -1,0 +1,643 @@
+#include "kernel/emit.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <map>
+#include <set>
+
+namespace kiln::kernel {
+namespace {
+
+// ---- dialects ----
+
+struct KernelContext {
+  const Kernel& k;
+  const Schedule& s;
+  std::string entry;
+  std::vector<bool> buffered;   // per stage: has a row-local buffer
+  bool any_reduction_exchange = false;
+};
+
+// What differs between targets. Everything else the emitter writes once.
+class Dialect {
+ public:
+  virtual ~Dialect() = default;
+  virtual Target target() const = 0;
+  virtual std::string prelude() const = 0;
+  virtual std::string kernel_begin(const KernelContext& c) const = 0;  // up to where row `r` and row vars exist
+  virtual std::string kernel_end(const KernelContext& c) const = 0;
+  virtual std::string buffer(int stage, const std::string& offset) const = 0;
+  // Opens a loop over `var`. `spread`: the innermost loop of a stage, which a target may split over threads.
+  virtual std::string loop_open(const std::string& var, int64_t extent, bool spread, const Schedule& s,
+                                const std::string& reduction_clause) const = 0;
+  // After the per-thread accumulation of `acc` (and the NaN flag `nan`): combine across the row's threads.
+  virtual std::string reduce_exchange(const std::string& acc, const std::string& nan, ReduceKind kind,
+                                      const Schedule& s) const = 0;
+  virtual std::string barrier() const = 0;
+  virtual std::string single_writer_open() const = 0;  // around writes of a value every thread holds
+  virtual std::string single_writer_close() const = 0;
+  virtual std::string store_guard_open() const = 0;   // around global stores
+  virtual std::string store_guard_close() const = 0;
+  virtual bool spreads_rows() const = 0;  // threads share a row (CUDA): general reductions run on one thread
+};
+
+const char* storage_type(DType d) {
+  switch (d) {
+    case DType::f32: return "float";
+    case DType::f16:
+    case DType::bf16: return "uint16_t";
+    case DType::f8e4m3:
+    case DType::f8e5m2: return "uint8_t";
+    default: return "void";
+  }
+}
+
+const char* kCommonHelpers = R"(KILN_FN int64_t kiln_clamp(int64_t i, int64_t hi) { return i < 0 ? 0 : (i > hi ? hi : i); }
+KILN_FN float kiln_maxnan(float a, float b) { return (a != a || b != b) ? KILN_NAN : fmaxf(a, b); }
+KILN_FN float kiln_minnan(float a, float b) { return (a != a || b != b) ? KILN_NAN : fminf(a, b); }
+KILN_FN float kiln_bf16_to_f32(uint16_t b) { return kiln_as_float((uint32_t)b << 16); }
+KILN_FN uint16_t kiln_bf16_bits(float f) {
+  uint32_t u = kiln_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
+KILN_FN float kiln_round_bf16(float f) { return kiln_bf16_to_f32(kiln_bf16_bits(f)); }
+KILN_FN float kiln_f16_to_f32(uint16_t h) {
+  const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+  if (e == 0) { const float v = (float)m * 5.9604644775390625e-8f; return sign ? -v : v; }
+  if (e == 31) return kiln_as_float(sign | 0x7f800000u | (m << 13));
+  return kiln_as_float(sign | ((e + 112u) << 23) | (m << 13));
+}
+KILN_FN uint16_t kiln_f16_bits(float f) {
+  const uint32_t x = kiln_as_uint(f), sign = (x >> 16) & 0x8000u, a = x & 0x7fffffffu;
+  if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);
+  if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);
+  if (a < 0x38800000u) return (uint16_t)(sign | (uint32_t)rintf(kiln_as_float(a) * 16777216.0f));
+  return (uint16_t)(sign | ((a + 0xfffu + ((a >> 13) & 1u) - 0x38000000u) >> 13));
+}
+KILN_FN float kiln_round_f16(float f) { return kiln_f16_to_f32(kiln_f16_bits(f)); }
+KILN_FN float kiln_round_f8(float x, int mant, int emin, float maxf, int finite_only) {
+  if (x != x) return x;
+  const float a = fabsf(x);
+  if (a == KILN_INF) return finite_only ? KILN_NAN : x;
+  if (a == 0.0f) return x;
+  int e;
+  frexpf(a, &e);
+  int E = e - 1;
+  if (E < emin) E = emin;
+  const float q = ldexpf(1.0f, E - mant);
+  const float r = rintf(a / q) * q;
+  if (r > maxf) return finite_only ? KILN_NAN : copysignf(KILN_INF, x);
+  return copysignf(r, x);
+}
+KILN_FN uint8_t kiln_f8_bits(float r, int mant, int emin, int bias) {
+  const uint8_t sign = (uint8_t)((kiln_as_uint(r) >> 24) & 0x80u);
+  if (r != r) return (uint8_t)(sign | 0x7fu);
+  const float a = fabsf(r);
+  if (a == KILN_INF) return (uint8_t)(sign | (0x7fu & ~((1u << mant) - 1u)));
+  if (a == 0.0f) return sign;
+  int e;
+  frexpf(a, &e);
+  const int E = e - 1;
+  if (E < emin) return (uint8_t)(sign | (uint32_t)(a / ldexpf(1.0f, emin - mant)));
+  const int m = (int)((ldexpf(a, -E) - 1.0f) * (float)(1 << mant));
+  return (uint8_t)(sign | (uint32_t)(((E + bias) << mant) | m));
+}
+// Correct rounding of a double to bf16/f16 without double rounding: to f32 with round-to-odd, then RNE.
+KILN_FN float kiln_f32_odd(double d) {
+  const float f = (float)d;
+  if ((double)f == d || d != d) return f;
+  if (f == 0.0f) return kiln_as_float((d < 0 ? 0x80000000u : 0u) | 1u);
+  uint32_t u = kiln_as_uint(f);
+  if (u & 1u) return f;
+  const bool away = (f > 0.0f) == ((double)f < d);
+  return kiln_as_float(away ? u + 1u : u - 1u);
+}
+#define kiln_round_bf16_d(x) kiln_round_bf16(kiln_f32_odd(x))
+#define kiln_round_f16_d(x) kiln_round_f16(kiln_f32_odd(x))
+#define kiln_round_f8e4m3(x) kiln_round_f8((x), 3, -6, 448.0f, 1)
+#define kiln_round_f8e5m2(x) kiln_round_f8((x), 2, -14, 57344.0f, 0)
+#define kiln_f8e4m3_bits(x) kiln_f8_bits(kiln_round_f8e4m3(x), 3, -6, 7)
+#define kiln_f8e5m2_bits(x) kiln_f8_bits(kiln_round_f8e5m2(x), 2, -14, 15)
+)";
+
+std::string float_literal(double value) {
+  if (std::isnan(value)) return "KILN_NAN";
+  if (std::isinf(value)) return value > 0 ? "KILN_INF" : "(-KILN_INF)";
+  const float f = static_cast<float>(value);
+  return fmt::format("{:a}f", static_cast<double>(f));
+}
+
+std::string decode_table(DType d) {
+  std::string out = fmt::format("KILN_TABLE float kiln_{}_table[256] = {{", dtype_name(d));
+  for (int b = 0; b < 256; ++b) {
+    const double v = d == DType::f8e4m3 ? f8e4m3_bits_to_double(static_cast<uint8_t>(b))
+                                        : f8e5m2_bits_to_double(static_cast<uint8_t>(b));
+    out += (b % 8 == 0 ? "\n  " : " ") + float_literal(v) + ",";
+  }
+  return out + "\n};\n";
+}
+
+std::string row_vars_code(const Kernel& k, const std::string& row) {
+  std::string out;
+  int64_t stride = 1;
+  for (size_t a = k.row_shape.size(); a-- > 0;) {
+    if (k.row_vars[a] >= 0) {
+      out += fmt::format("    const int64_t v{} = ({} / {}) % {};\n", k.row_vars[a], row, stride, k.row_shape[a]);
+    }
+    stride *= k.row_shape[a];
+  }
+  return out;
+}
+
+class CpuDialect final : public Dialect {
+ public:
+  Target target() const override { return Target::cpu; }
+  std::string prelude() const override {
+    return "#include \"kernel_abi.h\"\n#include <math.h>\n#include <stdint.h>\n#include <stdlib.h>\n#include <string.h>\n"
+           "#define KILN_FN static inline\n#define KILN_TABLE static const\n#define KILN_INF INFINITY\n"
+           "#define KILN_NAN NAN\n"
+           "KILN_FN float kiln_as_float(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }\n"
+           "KILN_FN uint32_t kiln_as_uint(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }\n";
+  }
+  std::string kernel_begin(const KernelContext& c) const override {
+    std::string out = fmt::format("static void {}_body(const kiln_tensor* kiln_in, kiln_tensor* kiln_out, int64_t kiln_r0, int64_t kiln_r1) {{\n", c.entry);
+    for (size_t i = 0; i < c.k.inputs.size(); ++i) {
+      const char* t = storage_type(c.k.inputs[i].type.dtype);
+      out += fmt::format("  const {0}* __restrict in{1} = (const {0}*)kiln_in[{1}].data;\n", t, i);
+    }
+    for (size_t i = 0; i < c.k.outputs.size(); ++i) {
+      const char* t = storage_type(c.k.outputs[i].type.dtype);
+      out += fmt::format("  {0}* __restrict out{1} = ({0}*)kiln_out[{1}].data;\n", t, i);
+    }
+    for (size_t i = 0; i < c.k.stages.size(); ++i) {
+      if (!c.buffered[i]) continue;
+      const int64_t n = std::max<int64_t>(1, c.k.stages[i].local_size);
+      if (n <= 8192) {
+        out += fmt::format("  float s{}[{}];\n", i, n);
+      } else {
+        out += fmt::format("  float* __restrict s{0} = (float*)malloc(sizeof(float) * {1});\n  if (!s{0}) return;\n", i, n);
+      }
+    }
+    out += "  for (int64_t r = kiln_r0; r < kiln_r1; ++r) {\n" + row_vars_code(c.k, "r");
+    return out;
+  }
+  std::string kernel_end(const KernelContext& c) const override {
+    std::string out = "  }\n";
+    for (size_t i = 0; i < c.k.stages.size(); ++i) {
+      if (c.buffered[i] && std::max<int64_t>(1, c.k.stages[i].local_size) > 8192) out += fmt::format("  free(s{});\n", i);
+    }
+    out += "}\n";
+    // Entry points: a row range (the backend's thread pool) and the whole kernel (the harness ABI).
+    out += fmt::format("extern \"C\" int {}_rows(const kiln_tensor* in, int n_in, kiln_tensor* out, int n_out, int64_t r0, int64_t r1) {{\n", c.entry);
+    out += fmt::format("  if (n_in != {} || n_out != {}) return 1;\n", c.k.inputs.size(), c.k.outputs.size());
+    auto check = [&](const KernelParam& p, const std::string& t) {
+      std::string s = fmt::format("  if ({0}.rank != {1} || {0}.dtype != {2}", t, p.type.shape.size(), static_cast<int>(p.type.dtype));
+      for (size_t a = 0; a < p.type.shape.size(); ++a) s += fmt::format(" || {}.shape[{}] != {}", t, a, p.type.shape[a]);
+      return s + ") return 2;\n";
+    };
+    for (size_t i = 0; i < c.k.inputs.size(); ++i) out += check(c.k.inputs[i], fmt::format("in[{}]", i));
+    for (size_t i = 0; i < c.k.outputs.size(); ++i) out += check(c.k.outputs[i], fmt::format("out[{}]", i));
+    out += fmt::format("  if (r0 < 0 || r1 > {} || r0 > r1) return 3;\n  {}_body(in, out, r0, r1);\n  return 0;\n}}\n", c.k.rows, c.entry);
+    out += fmt::format("extern \"C\" int {0}(const kiln_tensor* in, int n_in, kiln_tensor* out, int n_out) {{\n"
+                       "  return {0}_rows(in, n_in, out, n_out, 0, {1});\n}}\n", c.entry, c.k.rows);
+    return out;
+  }
+  std::string buffer(int stage, const std::string& offset) const override {
+    return fmt::format("s{}[{}]", stage, offset);
+  }
+  std::string loop_open(const std::string& var, int64_t extent, bool spread, const Schedule& s,
+                        const std::string& reduction_clause) const override {
+    std::string out;
+    if (spread && s.vector_width > 1) out += fmt::format("#pragma omp simd simdlen({}){}\n", s.vector_width, reduction_clause);
+    if (spread && s.unroll > 1) out += fmt::format("#pragma GCC unroll {}\n", s.unroll);
+    return out + fmt::format("for (int64_t {0} = 0; {0} < {1}; ++{0}) {{\n", var, extent);
+  }
+  std::string reduce_exchange(const std::string&, const std::string&, ReduceKind, const Schedule&) const override { return ""; }
+  std::string barrier() const override { return ""; }
+  std::string single_writer_open() const override { return ""; }
+  std::string single_writer_close() const override { return ""; }
+  std::string store_guard_open() const override { return ""; }
+  std::string store_guard_close() const override { return ""; }
+  bool spreads_rows() const override { return false; }
+};
+
+class CudaDialect final : public Dialect {
+ public:
+  Target target() const override { return Target::cuda; }
+  std::string prelude() const override {
+    return "#ifdef __CUDACC_RTC__\ntypedef unsigned char uint8_t;\ntypedef unsigned short uint16_t;\n"
+           "typedef unsigned int uint32_t;\ntypedef int int32_t;\ntypedef long long int64_t;\n#else\n#include <stdint.h>\n#endif\n"
+           "#define KILN_FN static __device__ __forceinline__\n#define KILN_TABLE static __device__ const\n"
+           "#define KILN_INF __uint_as_float(0x7f800000u)\n#define KILN_NAN __uint_as_float(0x7fc00000u)\n"
+           "KILN_FN float kiln_as_float(uint32_t u) { return __uint_as_float(u); }\n"
+           "KILN_FN uint32_t kiln_as_uint(float f) { return __float_as_uint(f); }\n";
+  }
+  std::string kernel_begin(const KernelContext& c) const override {
+    const int bx = c.s.threads_per_row;
+    const int64_t by = c.s.rows_per_task;
+    std::string params;
+    for (size_t i = 0; i < c.k.inputs.size(); ++i) {
+      params += fmt::format("{}const {}* __restrict__ in{}", params.empty() ? "" : ", ", storage_type(c.k.inputs[i].type.dtype), i);
+    }
+    for (size_t i = 0; i < c.k.outputs.size(); ++i) {
+      params += fmt::format("{}{}* __restrict__ out{}", params.empty() ? "" : ", ", storage_type(c.k.outputs[i].type.dtype), i);
+    }
+    std::string out = fmt::format("extern \"C\" __global__ void __launch_bounds__({}) {}({}) {{\n", bx * by, c.entry, params);
+    out += fmt::format("  const int kiln_lane = threadIdx.x;\n  const int64_t kiln_row = (int64_t)blockIdx.x * {} + threadIdx.y;\n"
+                       "  const bool kiln_active = kiln_row < {};\n  const int64_t r = kiln_active ? kiln_row : {};\n",
+                       by, c.k.rows, std::max<int64_t>(0, c.k.rows - 1));
+    for (size_t i = 0; i < c.k.stages.size(); ++i) {
+      if (c.buffered[i]) out += fmt::format("  __shared__ float s{}[{}][{}];\n", i, by, std::max<int64_t>(1, c.k.stages[i].local_size));
+    }
+    if (c.any_reduction_exchange && bx > 32) out += fmt::format("  __shared__ float kiln_red[{}][{}];\n", by, bx / 32);
+    out += "  {\n" + row_vars_code(c.k, "r");
+    return out;
+  }
+  std::string kernel_end(const KernelContext&) const override { return "  }\n}\n"; }
+  std::string buffer(int stage, const std::string& offset) const override {
+    return fmt::format("s{}[threadIdx.y][{}]", stage, offset);
+  }
+  std::string loop_open(const std::string& var, int64_t extent, bool spread, const Schedule& s,
+                        const std::string&) const override {
+    if (!spread) return fmt::format("for (int64_t {0} = 0; {0} < {1}; ++{0}) {{\n", var, extent);
+    return fmt::format("for (int64_t {0} = kiln_lane; {0} < {1}; {0} += {2}) {{\n", var, extent, s.threads_per_row);
+  }
+  std::string reduce_exchange(const std::string& acc, const std::string&, ReduceKind kind, const Schedule& s) const override {
+    const std::string combine = kind == ReduceKind::sum || kind == ReduceKind::mean ? "{0} + {1}" : "kiln_maxnan({0}, {1})";
+    std::string out = "for (int kiln_o = 16; kiln_o > 0; kiln_o >>= 1) " + acc + " = " +
+                      fmt::format(fmt::runtime(combine), acc, "__shfl_xor_sync(0xffffffffu, " + acc + ", kiln_o)") + ";\n";
+    if (s.threads_per_row > 32) {
+      out += fmt::format("if ((kiln_lane & 31) == 0) kiln_red[threadIdx.y][kiln_lane >> 5] = {};\n__syncthreads();\n", acc);
+      out += fmt::format("{} = kiln_red[threadIdx.y][0];\nfor (int kiln_w = 1; kiln_w < {}; ++kiln_w) {} = {};\n__syncthreads();\n",
+                         acc, s.threads_per_row / 32, acc, fmt::format(fmt::runtime(combine), acc, "kiln_red[threadIdx.y][kiln_w]"));
+    }
+    return out;
+  }
+  std::string barrier() const override { return "__syncthreads();\n"; }
+  std::string single_writer_open() const override { return "if (kiln_lane == 0) {\n"; }
+  std::string single_writer_close() const override { return "}\n"; }
+  std::string store_guard_open() const override { return "if (kiln_active) {\n"; }
+  std::string store_guard_close() const override { return "}\n"; }
+  bool spreads_rows() const override { return true; }
+};
+
+// ---- the shared part ----
+
+std::string var_name(int v) { return "v" + std::to_string(v); }
+
+class KernelWriter {
+ public:
+  KernelWriter(const KernelContext& c, const Dialect& d, std::set<DType>& tables) : c_(c), k_(c.k), d_(d), tables_(tables) {}
+
+  std::string write() {
+    std::string out = d_.kernel_begin(c_);
+    for (size_t i = 0; i < k_.stages.size(); ++i) {
+      const Stage& s = k_.stages[i];
+      if (s.optional && !c_.s.cache_row) continue;
+      out += fmt::format("    {{ // stage {}: %{} {}\n", i, s.name, type_to_string(s.type));
+      code_.clear();
+      memo_.clear();
+      if (s.reduce) {
+        write_reduce(static_cast<int>(i));
+      } else {
+        write_elementwise(static_cast<int>(i));
+      }
+      out += code_;
+      out += d_.barrier();
+      out += "    }\n";
+    }
+    return out + d_.kernel_end(c_);
+  }
+
+ private:
+  std::string idx(const IndexExpr& e) const { return index_to_c(e, var_name); }
+
+  std::string emit(int id) {
+    auto it = memo_.find(id);
+    if (it != memo_.end()) return it->second;
+    const Expr& e = k_.exprs[id];
+    std::string v;
+    auto operand = [&](size_t i) { return emit(e.operands[i]); };
+    switch (e.kind) {
+      case ExprKind::load: {
+        const KernelParam& p = k_.inputs[e.param];
+        std::string off = idx(e.offset);
+        if (e.guarded) off = fmt::format("kiln_clamp({}, {})", off, std::max<int64_t>(0, shape_numel(p.type.shape) - 1));
+        const std::string ref = fmt::format("in{}[{}]", e.param, off);
+        switch (p.type.dtype) {
+          case DType::f32: v = ref; break;
+          case DType::bf16: v = "kiln_bf16_to_f32(" + ref + ")"; break;
+          case DType::f16: v = "kiln_f16_to_f32(" + ref + ")"; break;
+          default:
+            tables_.insert(p.type.dtype);
+            v = fmt::format("kiln_{}_table[{}]", dtype_name(p.type.dtype), ref);
+        }
+        break;
+      }
+      case ExprKind::read_stage: {
+        const Stage& s = k_.stages[e.stage];
+        if (s.optional && !c_.s.cache_row) {
+          const std::string name = emit(e.inline_fallback);
+          memo_[id] = name;
+          return name;
+        }
+        std::string off = idx(e.offset);
+        if (e.guarded) off = fmt::format("kiln_clamp({}, {})", off, std::max<int64_t>(0, s.local_size - 1));
+        v = d_.buffer(e.stage, off);
+        break;
+      }
+      case ExprKind::constant: v = float_literal(e.value); break;
+      case ExprKind::unary: {
+        const std::string a = operand(0);
+        switch (e.op) {
+          case Op::neg: v = "-" + a; break;
+          case Op::abs: v = "fabsf(" + a + ")"; break;
+          case Op::exp: v = "expf(" + a + ")"; break;
+          case Op::log: v = "logf(" + a + ")"; break;
+          case Op::sqrt: v = "sqrtf(" + a + ")"; break;
+          case Op::rsqrt: v = "1.0f / sqrtf(" + a + ")"; break;
+          case Op::reciprocal: v = "1.0f / " + a; break;
+          case Op::tanh: v = "tanhf(" + a + ")"; break;
+          case Op::sigmoid: v = "1.0f / (1.0f + expf(-" + a + "))"; break;
+          case Op::silu: v = a + " / (1.0f + expf(-" + a + "))"; break;
+          case Op::cos: v = "cosf(" + a + ")"; break;
+          case Op::sin: v = "sinf(" + a + ")"; break;
+          case Op::gelu:
+            v = e.gelu_tanh ? fmt::format("0.5f * {0} * (1.0f + tanhf(0.7978845608028654f * ({0} + 0.044715f * {0} * {0} * {0})))", a)
+                            : fmt::format("0.5f * {0} * (1.0f + erff({0} * 0.7071067811865476f))", a);
+            break;
+          default: v = "KILN_NAN /* unsupported unary */";
+        }
+        break;
+      }
+      case ExprKind::binary: {
+        const std::string a = operand(0), b = operand(1);
+        switch (e.op) {
+          case Op::add: v = a + " + " + b; break;
+          case Op::sub: v = a + " - " + b; break;
+          case Op::mul: v = a + " * " + b; break;
+          case Op::div: v = a + " / " + b; break;
+          case Op::max: v = "kiln_maxnan(" + a + ", " + b + ")"; break;
+          case Op::min: v = "kiln_minnan(" + a + ", " + b + ")"; break;
+          case Op::pow: v = "powf(" + a + ", " + b + ")"; break;
+          default: v = "KILN_NAN /* unsupported binary */";
+        }
+        break;
+      }
+      case ExprKind::round: {
+        // A sum, difference or quotient rounded to bf16/f16 is computed in double and rounded once, as the
+        // reference does: in f32 it could round twice. (Products of bf16/f16 values are exact in f32.)
+        const Expr& inner = k_.exprs[e.operands[0]];
+        const bool half = e.dtype == DType::bf16 || e.dtype == DType::f16;
+        if (half && inner.kind == ExprKind::binary && (inner.op == Op::add || inner.op == Op::sub || inner.op == Op::div)) {
+          const std::string a = emit(inner.operands[0]), b = emit(inner.operands[1]);
+          const char* sym = inner.op == Op::add ? "+" : inner.op == Op::sub ? "-" : "/";
+          v = fmt::format("kiln_round_{}_d((double){} {} (double){})", dtype_name(e.dtype), a, sym, b);
+          break;
+        }
+        v = fmt::format("kiln_round_{}({})", dtype_name(e.dtype), operand(0));
+        break;
+      }
+      case ExprKind::select: {
+        const std::string a = operand(0), b = operand(1);
+        v = fmt::format("({}) < {} ? {} : {}", idx(e.condition), e.bound, a, b);
+        break;
+      }
+    }
+    const std::string name = "t" + std::to_string(id);
+    code_ += indent_ + "const float " + name + " = " + v + ";\n";
+    memo_[id] = name;
+    return name;
+  }
+
+  std::string store(const Stage& s, const std::string& target, const std::string& value) const {
+    const std::string at = fmt::format("out{}[r * {}LL + {}]", s.output, s.local_size, target);
+    switch (s.type.dtype) {
+      case DType::f32: return at + " = " + value + ";\n";
+      case DType::bf16: return at + " = kiln_bf16_bits(" + value + ");\n";
+      case DType::f16: return at + " = kiln_f16_bits(" + value + ");\n";
+      default: return fmt::format("{} = kiln_{}_bits({});\n", at, dtype_name(s.type.dtype), value);
+    }
+  }
+
+  void open(const Stage& s, size_t axis, bool spread, const std::string& clause = "") {
+    const int var = s.space_vars[axis];
+    if (var < 0) return;
+    code_ += indent_ + d_.loop_open(var_name(var), s.space[axis], spread, c_.s, clause);
+    indent_ += "  ";
+    ++open_loops_;
+  }
+  void close_all(int down_to) {
+    while (open_loops_ > down_to) {
+      indent_.resize(indent_.size() - 2);
+      code_ += indent_ + "}\n";
+      --open_loops_;
+    }
+  }
+
+  // The innermost axis with a loop, among axes [from, to): the one a target may spread.
+  int innermost(const Stage& s, size_t from, size_t to) const {
+    for (size_t a = to; a-- > from;) {
+      if (s.space_vars[a] >= 0) return static_cast<int>(a);
+    }
+    return -1;
+  }
+
+  void write_elementwise(int i) {
+    const Stage& s = k_.stages[i];
+    indent_ = "      ";
+    open_loops_ = 0;
+    const int inner = innermost(s, 0, s.space.size());
+    const bool spread_threads = d_.spreads_rows();
+    if (inner < 0 && spread_threads) code_ += indent_ + d_.single_writer_open();
+    for (size_t a = 0; a < s.space.size(); ++a) open(s, a, static_cast<int>(a) == inner);
+    const std::string value = emit(s.expr);
+    const std::string target = idx(s.target);
+    if (c_.buffered[i]) code_ += indent_ + d_.buffer(i, target) + " = " + value + ";\n";
+    if (s.output >= 0) code_ += indent_ + d_.store_guard_open() + indent_ + store(s, target, value) + indent_ + d_.store_guard_close();
+    close_all(0);
+    if (inner < 0 && spread_threads) code_ += indent_ + d_.single_writer_close();
+  }
+
+  std::string finalize(const Stage& s, const std::string& acc, const std::string& nan) const {
+    std::string v;
+    switch (s.reduce_kind) {
+      case ReduceKind::sum: v = acc; break;
+      case ReduceKind::mean: v = fmt::format("{} / {}", acc, float_literal(static_cast<double>(s.reduce_count))); break;
+      case ReduceKind::max:
+      case ReduceKind::amax: v = nan.empty() ? acc : fmt::format("({} ? KILN_NAN : {})", nan, acc); break;
+    }
+    if (s.reduce_kind == ReduceKind::mean && s.reduce_count == 0) v = "KILN_NAN";
+    if (s.type.dtype != DType::f32) v = fmt::format("kiln_round_{}({})", dtype_name(s.type.dtype), v);
+    return v;
+  }
+
+  std::string init_value(ReduceKind kind) const { return kind == ReduceKind::max ? "(-KILN_INF)" : "0.0f"; }
+
+  void write_reduce(int i) {
+    const Stage& s = k_.stages[i];
+    indent_ = "      ";
+    open_loops_ = 0;
+    size_t first_reduced = s.space.size();
+    for (size_t a = 0; a < s.space.size(); ++a) {
+      if (s.reduced_axes[a]) {
+        first_reduced = a;
+        break;
+      }
+    }
+    bool suffix = true;
+    for (size_t a = first_reduced; a < s.space.size(); ++a) suffix = suffix && s.reduced_axes[a];
+    const bool max_like = s.reduce_kind == ReduceKind::max || s.reduce_kind == ReduceKind::amax;
+    const std::string acc = "acc" + std::to_string(i), nan = "nan" + std::to_string(i);
+    const bool spread_threads = d_.spreads_rows();
+    auto update = [&](const std::string& x, const std::string& into, bool flag) {
+      if (s.reduce_kind == ReduceKind::sum || s.reduce_kind == ReduceKind::mean) return into + " += " + x + ";\n";
+      const std::string term = s.reduce_kind == ReduceKind::amax ? "fabsf(" + x + ")" : x;
+      if (!flag) return into + " = kiln_maxnan(" + into + ", " + term + ");\n";
+      return fmt::format("{0} |= ({1} != {1});\n{2}{3} = {4} > {3} ? {4} : {3};\n", nan, x, indent_, into, term);
+    };
+    if (suffix) {
+      for (size_t a = 0; a < first_reduced; ++a) open(s, a, false);
+      const int kept_loops = open_loops_;
+      const bool flag = max_like && !spread_threads;  // CPU: a NaN flag keeps the max loop vectorizable
+      code_ += indent_ + "float " + acc + " = " + init_value(s.reduce_kind) + ";\n";
+      if (flag) code_ += indent_ + "int " + nan + " = 0;\n";
+      const std::string clause = !max_like ? fmt::format(" reduction(+:{})", acc)
+                                 : flag    ? fmt::format(" reduction(max:{}) reduction(|:{})", acc, nan)
+                                           : "";
+      const int inner = innermost(s, first_reduced, s.space.size());
+      if (inner < 0 && spread_threads) code_ += indent_ + "if (kiln_lane == 0) {\n";
+      for (size_t a = first_reduced; a < s.space.size(); ++a) open(s, a, static_cast<int>(a) == inner, clause);
+      const std::string x = emit(s.expr);
+      code_ += indent_ + update(x, acc, flag);
+      close_all(kept_loops);
+      if (inner < 0 && spread_threads) code_ += indent_ + "}\n";
+      if (spread_threads) code_ += indent_ + d_.reduce_exchange(acc, nan, s.reduce_kind, c_.s);
+      const std::string value = finalize(s, acc, flag ? nan : "");
+      const std::string target = idx(s.target);
+      code_ += indent_ + d_.single_writer_open();
+      if (c_.buffered[i]) code_ += indent_ + d_.buffer(i, target) + " = " + value + ";\n";
+      if (s.output >= 0) code_ += indent_ + d_.store_guard_open() + indent_ + store(s, target, value) + indent_ + d_.store_guard_close();
+      code_ += indent_ + d_.single_writer_close();
+      close_all(0);
+      return;
+    }
+    // General reduction (reduced axes not trailing): accumulate into the stage's buffer, in one thread.
+    code_ += indent_ + d_.single_writer_open();
+    code_ += indent_ + fmt::format("for (int64_t kiln_i = 0; kiln_i < {}; ++kiln_i) {} = {};\n", s.local_size,
+                                   d_.buffer(i, "kiln_i"), init_value(s.reduce_kind));
+    for (size_t a = 0; a < s.space.size(); ++a) open(s, a, false);
+    const std::string x = emit(s.expr);
+    code_ += indent_ + update(x, d_.buffer(i, idx(s.target)), false);
+    close_all(0);
+    Stage finished = s;
+    const std::string cell = d_.buffer(i, "kiln_i");
+    code_ += indent_ + fmt::format("for (int64_t kiln_i = 0; kiln_i < {}; ++kiln_i) {{\n", s.local_size);
+    code_ += indent_ + "  " + cell + " = " + finalize(s, cell, "") + ";\n";
+    if (s.output >= 0) {
+      code_ += indent_ + "  " + d_.store_guard_open() + store(s, "kiln_i", cell) + d_.store_guard_close();
+    }
+    code_ += indent_ + "}\n" + indent_ + d_.single_writer_close();
+  }
+
+  const KernelContext& c_;
+  const Kernel& k_;
+  const Dialect& d_;
+  std::set<DType>& tables_;
+  std::map<int, std::string> memo_;
+  std::string code_;
+  std::string indent_;
+  int open_loops_ = 0;
+};
+
+bool general_reduce(const Stage& s) {
+  if (!s.reduce) return false;
+  bool seen = false;
+  for (bool r : s.reduced_axes) {
+    if (seen && !r) return true;
+    seen = seen || r;
+  }
+  return false;
+}
+
+std::unique_ptr<Dialect> make_dialect(Target target) {
+  if (target == Target::cuda) return std::make_unique<CudaDialect>();
+  return std::make_unique<CpuDialect>();
+}
+
+bool valid_identifier(const std::string& s) {
+  if (s.empty() || std::isdigit(static_cast<unsigned char>(s[0]))) return false;
+  for (char ch : s) {
+    if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '_') return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+Result<EmittedModule> emit_module(const std::vector<KernelToEmit>& kernels, Target target) {
+  const std::unique_ptr<Dialect> dialect = make_dialect(target);
+  EmittedModule module;
+  module.target = target;
+  std::set<DType> tables;
+  std::string bodies;
+  std::set<std::string> entries;
+  for (const KernelToEmit& item : kernels) {
+    const Kernel& k = *item.kernel;
+    if (!valid_identifier(item.entry) || !entries.insert(item.entry).second) {
+      return make_error(ErrorCode::invalid_argument, "kernel entry name '" + item.entry + "' is not a unique C identifier");
+    }
+    if (auto st = can_implement(k, item.schedule, target); !st.ok()) {
+      return with_context(st.error(), "kernel " + k.name + " (" + item.entry + ")");
+    }
+    for (const KernelParam& p : k.inputs) {
+      if (!dtype_is_float(p.type.dtype)) {
+        return make_error(ErrorCode::unsupported, "kernel " + k.name + ": input %" + p.name + " is not floating");
+      }
+    }
+    KernelContext c{k, item.schedule, item.entry, {}, false};
+    for (const Stage& s : k.stages) {
+      const bool kept = s.read_later && !(s.optional && !item.schedule.cache_row);
+      c.buffered.push_back(kept || general_reduce(s));
+      c.any_reduction_exchange = c.any_reduction_exchange || (s.reduce && !general_reduce(s));
+    }
+    KernelWriter writer(c, *dialect, tables);
+    bodies += fmt::format("\n// kernel {} ({} rows of {}), schedule {}\n", k.name, k.rows, shape_to_string(k.row_shape),
+                          schedule_to_string(item.schedule));
+    bodies += writer.write();
+    EmittedKernel ek;
+    ek.entry = item.entry;
+    ek.rows = k.rows;
+    ek.schedule = item.schedule;
+    ek.n_inputs = static_cast<int>(k.inputs.size());
+    ek.n_outputs = static_cast<int>(k.outputs.size());
+    if (target == Target::cuda) {
+      ek.block_x = item.schedule.threads_per_row;
+      ek.block_y = static_cast<int>(item.schedule.rows_per_task);
+      ek.grid = (k.rows + item.schedule.rows_per_task - 1) / item.schedule.rows_per_task;
+    }
+    module.kernels.push_back(ek);
+  }
+  module.source = "// Generated by kiln (kernel/emit.cpp), dialect " + std::string(target_name(target)) + ".\n" +
+                  dialect->prelude() + kCommonHelpers;
+  for (DType d : tables) module.source += decode_table(d);
+  module.source += bodies;
+  return module;
+}
+
+Result<std::string> emit_harness_candidate(const Kernel& kernel, const Schedule& schedule) {
+  Schedule single = schedule;
+  single.threads = 1;
+  KILN_ASSIGN_OR_RETURN(EmittedModule m, emit_module({{&kernel, single, "kiln_kernel"}}, Target::cpu));
+  return m.source;
+}
+
+std::string cuda_parameter_doc() {
+  return "one pointer per kernel input (const, storage type), then one per output, in kernel order; grid = "
+         "ceil(rows / rows_per_task) blocks of (threads_per_row, rows_per_task) threads";
+}
+
+}  // namespace kiln::kernel

@@ -1,0 +1,175 @@
+#include "kernel/schedule.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+namespace kiln::kernel {
+namespace {
+
+bool power_of_two(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
+
+Error field_error(const std::string& field, const std::string& why) {
+  return make_error(ErrorCode::invalid_argument, "schedule field '" + field + "' " + why);
+}
+
+// Bytes of row-local buffers a task keeps (CUDA: shared memory per block).
+int64_t local_buffer_bytes(const Kernel& k, const Schedule& s) {
+  int64_t bytes = 0;
+  for (const Stage& st : k.stages) {
+    if (!st.read_later || (st.optional && !s.cache_row)) continue;
+    bytes += 4 * st.local_size;
+  }
+  return bytes;
+}
+
+}  // namespace
+
+const char* target_name(Target target) { return target == Target::cpu ? "cpu" : "cuda"; }
+
+std::string schedule_to_json(const Schedule& s) {
+  const nlohmann::json j = {{"rows_per_task", s.rows_per_task}, {"threads", s.threads},
+                            {"threads_per_row", s.threads_per_row}, {"vector_width", s.vector_width},
+                            {"cache_row", s.cache_row}, {"unroll", s.unroll}};
+  return j.dump();
+}
+
+Result<Schedule> schedule_from_json(const std::string& text) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const std::exception& e) {
+    return make_error(ErrorCode::parse_error, std::string("schedule JSON: ") + e.what());
+  }
+  if (!j.is_object()) return make_error(ErrorCode::parse_error, "schedule JSON must be an object");
+  Schedule s;
+  for (auto& [key, value] : j.items()) {
+    auto integer = [&](auto& field) -> Status {
+      if (!value.is_number_integer()) {
+        return make_error(ErrorCode::parse_error, "schedule field '" + key + "' must be an integer");
+      }
+      field = value.get<std::remove_reference_t<decltype(field)>>();
+      return ok_status();
+    };
+    if (key == "rows_per_task") {
+      KILN_TRY(integer(s.rows_per_task));
+    } else if (key == "threads") {
+      KILN_TRY(integer(s.threads));
+    } else if (key == "threads_per_row") {
+      KILN_TRY(integer(s.threads_per_row));
+    } else if (key == "vector_width") {
+      KILN_TRY(integer(s.vector_width));
+    } else if (key == "unroll") {
+      KILN_TRY(integer(s.unroll));
+    } else if (key == "cache_row") {
+      if (!value.is_boolean()) return make_error(ErrorCode::parse_error, "schedule field 'cache_row' must be a boolean");
+      s.cache_row = value.get<bool>();
+    } else {
+      return make_error(ErrorCode::parse_error,
+                        "unknown schedule field '" + key +
+                            "' (fields: rows_per_task, threads, threads_per_row, vector_width, cache_row, unroll)");
+    }
+  }
+  return s;
+}
+
+std::string schedule_to_string(const Schedule& s) {
+  return fmt::format("rows={} threads={} tpr={} vec={} {} unroll={}", s.rows_per_task, s.threads, s.threads_per_row,
+                     s.vector_width, s.cache_row ? "cache" : "reread", s.unroll);
+}
+
+Status can_implement(const Kernel& k, const Schedule& s, Target target) {
+  if (s.rows_per_task < 1) return field_error("rows_per_task", fmt::format("must be >= 1, got {}", s.rows_per_task));
+  if (s.threads < 1 || s.threads > 1024) return field_error("threads", fmt::format("must be in 1..1024, got {}", s.threads));
+  if (!power_of_two(s.vector_width) || s.vector_width > 64) {
+    return field_error("vector_width", fmt::format("must be a power of two <= 64, got {}", s.vector_width));
+  }
+  if (s.unroll < 1 || s.unroll > 16) return field_error("unroll", fmt::format("must be in 1..16, got {}", s.unroll));
+  if (!power_of_two(s.threads_per_row) || s.threads_per_row > 1024) {
+    return field_error("threads_per_row", fmt::format("must be a power of two <= 1024, got {}", s.threads_per_row));
+  }
+  if (target == Target::cpu) {
+    if (s.threads_per_row != 1) {
+      return field_error("threads_per_row", fmt::format("must be 1 on the CPU (rows are split across tasks), got {}",
+                                                        s.threads_per_row));
+    }
+  } else {
+    if (s.threads != 1) return field_error("threads", "is a CPU field; on CUDA use threads_per_row (got " +
+                                                          std::to_string(s.threads) + ")");
+    if (s.threads_per_row < 32) {
+      return field_error("threads_per_row", fmt::format("must be >= 32 (a warp) on CUDA, got {}", s.threads_per_row));
+    }
+    if (s.rows_per_task * s.threads_per_row > 1024) {
+      return field_error("rows_per_task", fmt::format("x threads_per_row = {} exceeds 1024 threads per block",
+                                                      s.rows_per_task * s.threads_per_row));
+    }
+    const int64_t shared = local_buffer_bytes(k, s) * s.rows_per_task;
+    if (shared > 48 * 1024) {
+      return field_error("rows_per_task",
+                         fmt::format("needs {} bytes of shared memory per block (row buffers of {} rows), over 48 KiB; "
+                                     "use fewer rows per block or cache_row = false",
+                                     shared, s.rows_per_task));
+    }
+  }
+  return ok_status();
+}
+
+Schedule default_schedule(const Kernel& k, Target target, int cores) {
+  Schedule s;
+  if (target == Target::cuda) {
+    s.threads_per_row = k.max_row_elements() >= 1024 ? 256 : 32;
+    s.threads = 1;
+    s.rows_per_task = 1;
+    s.vector_width = 1;
+    if (!can_implement(k, s, target).ok()) s.cache_row = false;
+    return s;
+  }
+  // Enough work per task to amortize a pool hand-off (~16K elements), at least one task per core.
+  const int64_t row = std::max<int64_t>(1, k.max_row_elements());
+  s.threads = k.rows * row >= 32768 ? std::max(1, cores) : 1;
+  s.rows_per_task = std::clamp<int64_t>(16384 / row, 1, std::max<int64_t>(1, k.rows / std::max(1, s.threads)));
+  s.vector_width = row >= 16 ? 16 : 1;
+  return s;
+}
+
+std::vector<Schedule> schedule_space(const Kernel& k, Target target, int cores) {
+  std::vector<Schedule> out;
+  const int64_t row = std::max<int64_t>(1, k.max_row_elements());
+  bool has_optional = false;
+  for (const Stage& s : k.stages) has_optional = has_optional || s.optional;
+  std::vector<bool> caches = has_optional ? std::vector<bool>{true, false} : std::vector<bool>{true};
+  if (target == Target::cpu) {
+    std::vector<int> thread_counts = {1};
+    if (cores > 1 && k.rows > 1) thread_counts.push_back(cores);
+    for (int threads : thread_counts) {
+      for (int64_t rpt = 1; rpt <= std::max<int64_t>(1, k.rows / threads); rpt *= 4) {
+        for (int vec : {1, 8, 16}) {
+          if (vec > 1 && vec > row) continue;
+          for (bool cache : caches) {
+            for (int unroll : {1, 4}) {
+              Schedule s{rpt, threads, 1, vec, cache, unroll};
+              if (can_implement(k, s, target).ok()) out.push_back(s);
+            }
+          }
+        }
+      }
+    }
+    return out;
+  }
+  for (int tpr : {32, 64, 128, 256, 512, 1024}) {
+    if (tpr > 32 && tpr / 2 >= row) break;
+    for (int64_t rpt : {1, 2, 4, 8}) {
+      if (rpt > k.rows) break;
+      for (int vec : {1, 2, 4, 8}) {
+        for (bool cache : caches) {
+          Schedule s{rpt, 1, tpr, vec, cache, 1};
+          if (can_implement(k, s, target).ok()) out.push_back(s);
+        }
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace kiln::kernel

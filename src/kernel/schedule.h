@@ -1,0 +1,47 @@
+// Schedule: how a kernel's rows map onto the machine, apart from what it computes (kernel_ir.h). Serializable
+// (JSON), checked by can_implement before any code is emitted, and enumerated per kernel by schedule_space.
+//
+//   rows_per_task    rows one task (CPU: one pool work item; CUDA: one thread block) handles
+//   threads          CPU: pool workers a launch uses (1: the calling thread only, as the harness requires)
+//   threads_per_row  CUDA: threads cooperating on one row (a warp or a block); CPU: must be 1
+//   vector_width     elements per vector step of the innermost loop (CPU: `omp simd simdlen`; 1: no pragma)
+//   cache_row        keep values read several times in a row-local buffer (registers / shared memory on
+//                    CUDA) instead of recomputing them from memory
+//   unroll           unroll factor of the innermost loop
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "kernel/kernel_ir.h"
+
+namespace kiln::kernel {
+
+struct Schedule {
+  int64_t rows_per_task = 1;
+  int threads = 1;
+  int threads_per_row = 1;
+  int vector_width = 8;
+  bool cache_row = true;
+  int unroll = 1;
+  bool operator==(const Schedule& other) const = default;
+};
+
+enum class Target { cpu, cuda };
+const char* target_name(Target target);
+
+std::string schedule_to_json(const Schedule& schedule);
+// Unknown keys, wrong kinds and malformed text are parse errors naming the field.
+Result<Schedule> schedule_from_json(const std::string& text);
+std::string schedule_to_string(const Schedule& schedule);  // "rows=4 threads=2 tpr=1 vec=8 cache unroll=1"
+
+// Whether `schedule` is valid for `kernel` on `target`; the error names the field and the limit.
+Status can_implement(const Kernel& kernel, const Schedule& schedule, Target target);
+
+// A sensible default for the kernel on the target (what runs before tuning).
+Schedule default_schedule(const Kernel& kernel, Target target, int cores);
+
+// The schedules worth trying for the kernel at its exact shapes, every one passing can_implement.
+std::vector<Schedule> schedule_space(const Kernel& kernel, Target target, int cores);
+
+}  // namespace kiln::kernel

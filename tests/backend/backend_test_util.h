@@ -1,0 +1,68 @@
+// Shared by the backend tests: run a graph's plan on the CPU backend and compare every output with the
+// reference executor on the same inputs, under the numerics policy (harness/compare.h).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/plan.h"
+#include "harness/compare.h"
+#include "harness/inputs.h"
+#include "harness/task.h"
+#include "ref/executor.h"
+
+namespace kiln::testing {
+
+inline backend::Backend& cpu_backend() {
+  static std::unique_ptr<backend::Backend> b = backend::make_cpu_backend();
+  return *b;
+}
+
+inline std::map<std::string, Tensor> draw_graph_inputs(const Graph& g, harness::Distribution d, uint64_t seed) {
+  std::map<std::string, Tensor> inputs;
+  uint64_t i = 0;
+  for (const GraphInput& in : g.inputs()) {
+    inputs[g.value(in.value).name] = harness::draw_input(g.value(in.value).type, d, harness::derive_seed(seed, i++, 7));
+  }
+  return inputs;
+}
+
+// Runs `graph` (already optimized: groups annotated) as a plan on the CPU backend and compares with the
+// reference of `oracle` (same inputs and outputs). Returns a failure message, or "" when every output passes.
+inline std::string check_plan(const Graph& graph, const Graph& oracle, bool exact, int64_t reduction_length,
+                              const backend::PlanOptions& options = {}, int* fallbacks = nullptr) {
+  auto plan = backend::Plan::build(cpu_backend(), graph, options);
+  if (!plan.ok()) return "plan build failed: " + plan.error().message;
+  if (fallbacks) *fallbacks = (*plan)->summary().fallbacks;
+  for (harness::Distribution d : {harness::Distribution::normal, harness::Distribution::wide}) {
+    const auto inputs = draw_graph_inputs(oracle, d, 1234);
+    auto want = ref::run_graph(oracle, inputs);
+    if (!want.ok()) return "reference failed: " + want.error().message;
+    auto got = (*plan)->run(inputs);
+    if (!got.ok()) return "plan run failed: " + got.error().message;
+    for (const auto& [name, ref] : *want) {
+      // An output that widens a bf16/f16 value (cast to f32) carries that value's rounding: a row statistic
+      // off by one f32 ulp can move it by one bf16 ulp. Judge it in the dtype it was rounded to.
+      DType judged = ref.dtype();
+      for (const GraphOutput& o : oracle.outputs()) {
+        const NodeId p = oracle.value(o.value).producer;
+        if (o.name == name && p >= 0 && oracle.node(p).op == Op::cast) {
+          const DType from = oracle.value(oracle.node(p).inputs[0]).type.dtype;
+          if (dtype_is_float(from) && dtype_size(from) < dtype_size(judged)) judged = from;
+        }
+      }
+      const Tensor r = judged == ref.dtype() ? ref : Tensor::from_f64(judged, ref.shape(), ref.to_f64());
+      const Tensor g = judged == ref.dtype() ? got->at(name) : Tensor::from_f64(judged, ref.shape(), got->at(name).to_f64());
+      const harness::Comparison c = harness::compare_output(r, g, {}, exact, reduction_length);
+      if (c.kind != harness::Mismatch::none) {
+        return std::string("output ") + name + " (" + harness::distribution_name(d) + " inputs): " + c.describe();
+      }
+    }
+  }
+  return "";
+}
+
+}  // namespace kiln::testing

@@ -1,0 +1,192 @@
+// Kernel IR, schedules and the emitter: index simplification, lowering (and its errors), schedule JSON and
+// can_implement, the harness ABI entry point verified by the harness, and the CUDA dialect compiling (nvcc,
+// no GPU needed).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "harness/verify.h"
+#include "kernel/emit.h"
+#include "kernel/kernel_ir.h"
+#include "kernel/kernel_task.h"
+#include "kernel/schedule.h"
+#include "models/zoo.h"
+#include "passes/fuse_rows.h"
+#include "passes/pipeline.h"
+
+namespace kiln::kernel {
+namespace {
+
+VarExtents extents_of(std::map<int, int64_t> e) {
+  return [e](int v) { return e.at(v); };
+}
+
+TEST(KernelIndex, ReshapeDivModFoldAway) {
+  const VarExtents ext = extents_of({{0, 16}, {1, 64}});
+  const IndexExpr flat = index_add(index_scale(IndexExpr::of_var(0), 64), IndexExpr::of_var(1));  // r*64 + j
+  EXPECT_TRUE(index_div(flat, 64, ext).is_var(0));
+  EXPECT_TRUE(index_mod(flat, 64, ext).is_var(1));
+  // The RoPE pair partner: 2*(j/2) + 1 has the same row and differs in parity.
+  const IndexExpr half = index_div(IndexExpr::of_var(1), 2, ext);
+  const IndexExpr partner = index_add(index_scale(half, 2), IndexExpr::of_constant(1));
+  EXPECT_EQ(index_mod(partner, 2, ext).constant, 1);
+  EXPECT_TRUE(index_mod(partner, 2, ext).is_constant());
+  EXPECT_EQ(index_eval(partner, [](int v) { return v == 1 ? 37 : 0; }), 37);
+  // j / 32 stays an atom (it can be 0 or 1).
+  EXPECT_FALSE(index_div(IndexExpr::of_var(1), 32, ext).is_constant());
+  const IndexRange r = index_range(index_div(IndexExpr::of_var(1), 32, ext), ext);
+  EXPECT_EQ(r.lo, 0);
+  EXPECT_EQ(r.hi, 1);
+}
+
+Graph layernorm_modulate_graph(DType dtype, int64_t rows, int64_t cols) {
+  Graph g;
+  const ValueId x = *g.add_input("x", {dtype, {rows, cols}}, Binding::per_call);
+  const ValueId shift = *g.add_input("shift", {dtype, {1, cols}}, Binding::per_call);
+  const ValueId scale = *g.add_input("scale", {dtype, {1, cols}}, Binding::per_call);
+  const ValueId n = (*g.add_node(Op::layernorm, {x}, {}, {"n"}))[0];
+  const ValueId m = (*g.add_node(Op::mul, {n, scale}, {}, {"m"}))[0];
+  const ValueId y = (*g.add_node(Op::add, {m, shift}, {}, {"y"}))[0];
+  KILN_CHECK(g.add_output("y", y).ok());
+  return g;
+}
+
+Result<std::pair<Graph, Kernel>> fused_kernel(const Graph& g) {
+  KILN_ASSIGN_OR_RETURN(passes::PipelineResult r, passes::run_pipeline(g));
+  std::vector<passes::FusedGroup> groups = passes::collect_fused_groups(r.graph);
+  if (groups.size() != 1) return make_error(ErrorCode::invalid_argument, "expected one group");
+  KILN_ASSIGN_OR_RETURN(Kernel k, lower_nodes(r.graph, groups[0].members, "ln_mod"));
+  return std::make_pair(std::move(r.graph), std::move(k));
+}
+
+TEST(KernelLower, LayernormModulateIsOneRowKernel) {
+  auto fk = fused_kernel(layernorm_modulate_graph(DType::bf16, 5, 33));
+  ASSERT_TRUE(fk.ok()) << fk.error().message;
+  const Kernel& k = fk->second;
+  EXPECT_EQ(k.rows, 5);
+  EXPECT_EQ(k.inputs.size(), 3u);  // x, shift, scale (eps folded in as a constant)
+  EXPECT_EQ(k.outputs.size(), 1u);
+  EXPECT_TRUE(k.has_reduction());
+  EXPECT_EQ(k.max_row_elements(), 33);
+  EXPECT_NE(kernel_to_text(k).find("mean"), std::string::npos) << kernel_to_text(k);
+  // Same structure, same hash; other shapes, another hash.
+  auto again = fused_kernel(layernorm_modulate_graph(DType::bf16, 5, 33));
+  auto other = fused_kernel(layernorm_modulate_graph(DType::bf16, 6, 33));
+  EXPECT_EQ(kernel_hash(k), kernel_hash(again->second));
+  EXPECT_NE(kernel_hash(k), kernel_hash(other->second));
+}
+
+TEST(KernelLower, UnsupportedNodesAreErrorsNamingThem) {
+  Graph g;
+  const ValueId x = *g.add_input("x", {DType::f32, {3, 4}}, Binding::per_call);
+  const ValueId w = *g.add_input("w", {DType::f32, {5, 4}}, Binding::per_call);
+  const ValueId y = (*g.add_node(Op::linear, {x, w}, {}, {"y"}))[0];
+  const ValueId n = (*g.add_node(Op::rmsnorm, {y}, {}, {"n"}))[0];
+  const ValueId i = (*g.add_node(Op::cast, {n}, {{"to", std::string("i32")}}, {"i"}))[0];
+  ASSERT_TRUE(g.add_output("i", i).ok());
+  auto k = lower_nodes(g, {0}, "k");
+  ASSERT_FALSE(k.ok());
+  EXPECT_EQ(k.error().code, ErrorCode::unsupported);
+  EXPECT_NE(k.error().message.find("%y (linear)"), std::string::npos) << k.error().message;
+  k = lower_nodes(g, {1}, "k");
+  ASSERT_FALSE(k.ok());
+  EXPECT_NE(k.error().message.find("decompose"), std::string::npos) << k.error().message;
+  k = lower_nodes(g, {2}, "k");
+  ASSERT_FALSE(k.ok());
+  EXPECT_NE(k.error().message.find("i32"), std::string::npos) << k.error().message;
+}
+
+TEST(KernelSchedule, JsonRoundTripAndErrors) {
+  const Schedule s{4, 2, 1, 16, false, 2};
+  auto back = schedule_from_json(schedule_to_json(s));
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(*back, s);
+  auto bad = schedule_from_json(R"({"rows_per_task": 2, "lanes": 4})");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("lanes"), std::string::npos);
+  EXPECT_FALSE(schedule_from_json(R"({"cache_row": 3})").ok());
+  EXPECT_FALSE(schedule_from_json("[1, 2").ok());
+}
+
+TEST(KernelSchedule, CanImplementAndSpace) {
+  auto fk = fused_kernel(layernorm_modulate_graph(DType::bf16, 64, 3072));
+  ASSERT_TRUE(fk.ok());
+  const Kernel& k = fk->second;
+  EXPECT_TRUE(can_implement(k, default_schedule(k, Target::cpu, 2), Target::cpu).ok());
+  EXPECT_TRUE(can_implement(k, default_schedule(k, Target::cuda, 132), Target::cuda).ok());
+  Schedule s;
+  s.threads_per_row = 32;
+  Status st = can_implement(k, s, Target::cpu);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.error().message.find("threads_per_row"), std::string::npos);
+  s = Schedule{};
+  s.vector_width = 3;
+  EXPECT_FALSE(can_implement(k, s, Target::cpu).ok());
+  s = Schedule{8, 1, 128, 1, true, 1};  // 8 rows x 3072 floats of shared memory
+  st = can_implement(k, s, Target::cuda);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.error().message.find("shared memory"), std::string::npos) << st.error().message;
+  for (Target t : {Target::cpu, Target::cuda}) {
+    const std::vector<Schedule> space = schedule_space(k, t, 2);
+    EXPECT_GT(space.size(), 4u) << target_name(t);
+    for (const Schedule& x : space) EXPECT_TRUE(can_implement(k, x, t).ok()) << schedule_to_string(x);
+  }
+}
+
+// The harness ABI entry point: the harness verifies the generated kernel in its worker (guard zones, NaN
+// poison, two calls per trial, normal and wide inputs).
+TEST(KernelEmit, HarnessVerifiesAGeneratedKernel) {
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    const Graph g = layernorm_modulate_graph(dtype, 7, 33);
+    auto fk = fused_kernel(g);
+    ASSERT_TRUE(fk.ok());
+    auto source = emit_harness_candidate(fk->second, default_schedule(fk->second, Target::cpu, 1));
+    ASSERT_TRUE(source.ok());
+    auto task = kernel_task(fk->first, fk->second);
+    ASSERT_TRUE(task.ok()) << task.error().message;
+    harness::CompileOptions co;
+    co.flags = {"-O2", "-std=c++17", "-fopenmp-simd", "-shared", "-fPIC", "-Wl,-z,defs"};
+    const harness::CandidateOutcome o = harness::evaluate_candidate(*task, *source, co);
+    EXPECT_EQ(o.cls, harness::OutcomeClass::passed) << o.evidence.summary << "\n" << o.evidence.compiler_log;
+  }
+}
+
+// The CUDA dialect emits source nvcc accepts, for every fused group of a FLUX block (fp8 included). No GPU
+// is needed; skipped when the toolkit is absent.
+TEST(KernelEmit, CudaDialectCompilesWithNvcc) {
+  const std::string nvcc = "/usr/local/cuda/bin/nvcc";
+  if (!std::filesystem::exists(nvcc)) GTEST_SKIP() << "no CUDA toolkit at " << nvcc;
+  for (const char* spec : {"flux1-double-block:tiny", "flux1-single-block:tiny,dtype=fp8"}) {
+    auto model = models::build_zoo_model(spec);
+    ASSERT_TRUE(model.ok());
+    auto optimized = passes::run_pipeline(*model);
+    ASSERT_TRUE(optimized.ok());
+    std::vector<Kernel> kernels;
+    for (const passes::FusedGroup& fg : passes::collect_fused_groups(optimized->graph)) {
+      auto k = lower_nodes(optimized->graph, fg.members, "g" + std::to_string(fg.id));
+      if (k.ok()) kernels.push_back(std::move(*k));
+    }
+    ASSERT_GT(kernels.size(), 5u);
+    std::vector<KernelToEmit> items;
+    for (size_t i = 0; i < kernels.size(); ++i) {
+      Schedule s = default_schedule(kernels[i], Target::cuda, 132);
+      if (i % 2) s.threads_per_row = 64;
+      items.push_back({&kernels[i], s, "kiln_g" + std::to_string(i)});
+    }
+    auto module = emit_module(items, Target::cuda);
+    ASSERT_TRUE(module.ok()) << module.error().message;
+    const std::string dir = harness::make_scratch_dir("", "cuda-emit");
+    std::ofstream(dir + "/k.cu") << module->source;
+    const std::string cmd = nvcc + " -arch=sm_90 -c -o " + dir + "/k.o " + dir + "/k.cu > " + dir + "/log 2>&1";
+    const int rc = std::system(cmd.c_str());
+    std::ifstream log(dir + "/log");
+    const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(rc, 0) << spec << "\n" << text.substr(0, 4000);
+    std::filesystem::remove_all(dir);
+  }
+}
+
+}  // namespace
+}  // namespace kiln::kernel
