@@ -92,4 +92,9 @@ class Backend {
 // "cpu" (always) or another compiled-in backend; the error lists the available names.
 Result<std::unique_ptr<Backend>> make_backend(const std::string& name);
 
+// Backends built as their own libraries (the CUDA backend, kiln_cuda) register here at program start, so that
+// the core library never links them.
+using BackendFactory = std::function<Result<std::unique_ptr<Backend>>()>;
+void register_backend_factory(const std::string& name, BackendFactory factory);
+
 }  // namespace kiln::backend

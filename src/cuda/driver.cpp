@@ -202,6 +202,18 @@ Status copy_async(CUdeviceptr dst, CUdeviceptr src, int64_t bytes, CUstream stre
   return check(cu().cuMemcpyDtoDAsync(dst, src, static_cast<size_t>(bytes), stream), "cuMemcpyDtoDAsync");
 }
 
+Status copy_to_device(void* device_dst, const void* host_src, size_t bytes) {
+  KILN_TRY(require_driver());
+  if (bytes == 0) return ok_status();
+  return check(cu().cuMemcpyHtoD(reinterpret_cast<CUdeviceptr>(device_dst), host_src, bytes), "cuMemcpyHtoD");
+}
+
+Status copy_to_host(void* host_dst, const void* device_src, size_t bytes) {
+  KILN_TRY(require_driver());
+  if (bytes == 0) return ok_status();
+  return check(cu().cuMemcpyDtoH(host_dst, reinterpret_cast<CUdeviceptr>(device_src), bytes), "cuMemcpyDtoH");
+}
+
 Status synchronize(CUstream stream) {
   KILN_TRY(require_driver());
   return check(cu().cuStreamSynchronize(stream), "cuStreamSynchronize");

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <thread>
 
 #include "backend/cpu/cpu_library.h"
@@ -325,9 +326,23 @@ std::unique_ptr<Backend> make_cpu_backend(const CpuBackendOptions& options) {
   return std::make_unique<CpuBackend>(options);
 }
 
+static std::map<std::string, BackendFactory>& backend_factories() {
+  static std::map<std::string, BackendFactory> factories;
+  return factories;
+}
+
+void register_backend_factory(const std::string& name, BackendFactory factory) {
+  backend_factories()[name] = std::move(factory);
+}
+
 Result<std::unique_ptr<Backend>> make_backend(const std::string& name) {
   if (name == "cpu") return make_cpu_backend();
-  return make_error(ErrorCode::invalid_argument, "unknown backend '" + name + "' (available: cpu)");
+  auto it = backend_factories().find(name);
+  if (it != backend_factories().end()) return it->second();
+  std::string available = "cpu";
+  for (const auto& [known, factory] : backend_factories()) available += ", " + known;
+  return make_error(ErrorCode::invalid_argument,
+                    "unknown backend '" + name + "' (available in this build: " + available + ")");
 }
 
 }  // namespace kiln::backend
