@@ -16,9 +16,14 @@
 #ifdef KILN_HAS_CUDNN
 #include "cuda/attention.h"
 #endif
+#include "backend/plan.h"
+#include "cuda/cuda_backend.h"
 #include "cuda/driver.h"
 #include "cuda/gemm.h"
 #include "cuda/nvrtc.h"
+#include "models/weights.h"
+#include "models/zoo.h"
+#include "passes/pipeline.h"
 
 using namespace kiln;
 using namespace kiln::cuda;
@@ -127,12 +132,12 @@ void fill(const Kernels& k, const DeviceInfo& info, CUstream stream, DType dtype
   else if (dtype == DType::f8e4m3) must(launch(k.fill_e4m3, grid_for(info), stream, {&p, &n, &seed}));
 }
 
-struct Shape {
+struct GemmShape {
   const char* name;
   int64_t m, n, k;
 };
 
-json bench_gemm(const BlasLt& blas, const Kernels& k, const DeviceInfo& info, CUstream stream, const Shape& shape,
+json bench_gemm(const BlasLt& blas, const Kernels& k, const DeviceInfo& info, CUstream stream, const GemmShape& shape,
                 DType input, GemmScaling scaling, GemmEpilogue epilogue, int reps) {
   GemmDesc desc{.m = shape.m, .n = shape.n, .k = shape.k, .input = input, .output = DType::bf16,
                 .epilogue = epilogue, .scaling = scaling};
@@ -254,22 +259,54 @@ json bench_attention(const Kernels& k, const DeviceInfo& info, CUstream stream, 
 }
 #endif
 
+// A zoo model's plan on the CUDA backend, end to end (no CUDA graph yet): kiln's full pipeline against the
+// same graph with fusion turned off (one generated kernel per primitive), both timed with CUDA events.
+json bench_plan(const std::string& spec, int reps) {
+  json row = {{"model", spec}};
+  auto model = models::build_zoo_model(spec);
+  if (!model.ok()) return row["error"] = model.error().message, row;
+  backend::Backend& gpu = *must(backend::make_backend("cuda"));
+  const auto inputs = models::random_inputs(*model, 1);
+  auto measure = [&](const char* name, const passes::PipelineOptions& options) {
+    auto optimized = passes::run_pipeline(*model, options);
+    if (!optimized.ok()) return json{{"error", optimized.error().message}};
+    auto plan = backend::Plan::build(gpu, optimized->graph);
+    if (!plan.ok()) return json{{"error", plan.error().message}};
+    must((*plan)->set_inputs(inputs));
+    auto timing = gpu.time([&] { return (*plan)->execute(); }, {3, reps});
+    if (!timing.ok()) return json{{"error", timing.error().message}};
+    const backend::PlanSummary& s = (*plan)->summary();
+    std::printf("plan %-32s %-8s %3d kernels %3d library calls %2d fallbacks  median %.4f ms  min %.4f ms\n", spec.c_str(),
+                name, s.kernels, s.library_calls, s.fallbacks, timing->median_seconds * 1e3, timing->min_seconds * 1e3);
+    return json{{"kernels", s.kernels}, {"library_calls", s.library_calls}, {"fallbacks", s.fallbacks},
+                {"aliases", s.aliases}, {"compile_seconds", s.compile_seconds},
+                {"median_ms", timing->median_seconds * 1e3}, {"min_ms", timing->min_seconds * 1e3}};
+  };
+  passes::PipelineOptions unfused;
+  unfused.disabled = {"fuse-rows", "fold-epilogues"};
+  row["unfused"] = measure("unfused", unfused);
+  row["fused"] = measure("fused", {});
+  return row;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string out_path;
+  std::vector<std::string> plans;
   bool quick = false;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "--out" && i + 1 < argc) out_path = argv[++i];
+    else if (arg == "--plan" && i + 1 < argc) plans.push_back(argv[++i]);
     else if (arg == "--quick") quick = true;
     else {
-      std::fprintf(stderr, "usage: kiln-gpu-bench --out FILE.json [--quick]\n");
+      std::fprintf(stderr, "usage: kiln-gpu-bench --out FILE.json [--quick] [--plan ZOO_SPEC]...\n");
       return 2;
     }
   }
   if (out_path.empty()) {
-    std::fprintf(stderr, "usage: kiln-gpu-bench --out FILE.json [--quick]\n");
+    std::fprintf(stderr, "usage: kiln-gpu-bench --out FILE.json [--quick] [--plan ZOO_SPEC]...\n");
     return 2;
   }
   Context context = must(Context::open(0));
@@ -299,7 +336,7 @@ int main(int argc, char** argv) {
 
   BlasLt blas = must(BlasLt::create());
   // The GEMMs of FLUX.1-dev's blocks at 1024x1024 (4096 image + 512 text tokens), hidden 3072.
-  std::vector<Shape> shapes = {
+  std::vector<GemmShape> shapes = {
       {"double.img.qkv", 4096, 9216, 3072},   {"double.img.proj", 4096, 3072, 3072},
       {"double.img.mlp_up", 4096, 12288, 3072}, {"double.img.mlp_down", 4096, 3072, 12288},
       {"double.txt.qkv", 512, 9216, 3072},    {"double.txt.mlp_up", 512, 12288, 3072},
@@ -308,7 +345,7 @@ int main(int argc, char** argv) {
   if (quick) shapes.resize(2);
   const int reps = quick ? 10 : 30;
   json gemms = json::array();
-  for (const Shape& shape : shapes) {
+  for (const GemmShape& shape : shapes) {
     gemms.push_back(bench_gemm(blas, k, info, stream.handle(), shape, DType::bf16, GemmScaling::none,
                                GemmEpilogue::none, reps));
     for (GemmScaling scaling : {GemmScaling::tensor, GemmScaling::channel, GemmScaling::block})
@@ -325,6 +362,11 @@ int main(int argc, char** argv) {
   report["attention"] = {bench_attention(k, info, stream.handle(), false, reps),
                          bench_attention(k, info, stream.handle(), true, reps)};
 #endif
+
+  cuda::register_cuda_backend();
+  json plan_rows = json::array();
+  for (const std::string& spec : plans) plan_rows.push_back(bench_plan(spec, reps));
+  report["plans"] = plan_rows;
 
   std::ofstream out(out_path);
   out << report.dump(2) << "\n";

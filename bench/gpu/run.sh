@@ -43,7 +43,12 @@ if [ -n "$sanitize" ] && command -v compute-sanitizer > /dev/null; then
 fi
 
 step "kiln GPU benchmarks"
-"$build/kiln-gpu-bench" --out "$out/gpu_bench.json" $quick || status=1
+"$build/kiln-gpu-bench" --out "$out/gpu_bench.json" $quick --plan flux1-double-block --plan flux1-single-block || status=1
+
+step "kiln run --backend cuda (tiny models against the reference)"
+for model in zoo:flux1-double-block:tiny zoo:flux1-single-block:tiny zoo:flux2-dev:tiny zoo:llama3-8b:tiny; do
+  "$build/kiln" run "$model" --backend cuda 2>&1 | tail -4 || status=1
+done
 
 step "PyTorch peer on the same GEMMs"
 python3 "$root/bench/gpu/torch_gemm.py" --out "$out/torch_gemm.json" $quick || status=1

@@ -1,9 +1,15 @@
 // kiln: the command-line entry point. Subcommands live one per file (show.cpp, run.cpp, ...).
+#ifdef KILN_HAS_CUDA
+#include "cuda/cuda_backend.h"
+#endif
 #include <cstdio>
 
 #include "cli/commands.h"
 
 int main(int argc, char** argv) {
+#ifdef KILN_HAS_CUDA
+  kiln::cuda::register_cuda_backend();  // `--backend cuda`; needs a GPU only when asked for
+#endif
   CLI::App app{"kiln: makes transformer inference faster for the workload you serve, and proves it safe."};
   app.set_version_flag("--version", std::string("kiln ") + KILN_VERSION);
   app.require_subcommand(1);

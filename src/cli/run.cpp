@@ -212,7 +212,7 @@ void add_run_command(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->add_flag("--json", args->as_json, "print the result as JSON");
   cmd->add_option("--backend", args->backend,
-                  "also run the optimized graph's fused plan on this backend (cpu) and report its error vs the "
+                  "also run the optimized graph's fused plan on this backend (cpu, or cuda in builds with the CUDA backend) and report its error vs the "
                   "reference");
   cmd->callback([=] { *exit_code = run(*args); });
 }

@@ -136,7 +136,9 @@ int check_cases(std::optional<DType> first_input) {
       for (ValueId v : n.inputs) types.push_back(optimized->graph.value(v).type);
       Status st = testing::cpu_backend().supports(n.op, types, n.attrs);
       // Quantize with ragged blocks stays composite and runs on the reference fallback.
-      if (n.op != Op::quantize) EXPECT_TRUE(st.ok()) << case_name(c) << ": " << (st.ok() ? "" : st.error().message);
+      if (n.op != Op::quantize) {
+        EXPECT_TRUE(st.ok()) << case_name(c) << ": " << (st.ok() ? "" : st.error().message);
+      }
     }
     const bool exact = op_has_trait(c.op, kTraitView) || op_has_trait(c.op, kTraitSource);
     EXPECT_EQ(check_plan(optimized->graph, task->graph, exact, harness::task_reduction_length(*task)), "")
@@ -178,40 +180,6 @@ TEST(BackendOps, UnsupportedAndMistypedInputsAreErrors) {
 
 // ---- fused groups from the zoo ----
 
-// A standalone graph of one group: its outside inputs become graph inputs, its outputs graph outputs.
-Graph group_graph(const Graph& g, const passes::FusedGroup& group) {
-  Graph out;
-  out.name = "group";
-  std::map<ValueId, ValueId> map;
-  for (ValueId v : group.inputs) {
-    auto id = out.add_input(g.value(v).name, g.value(v).type, Binding::per_call);
-    KILN_CHECK(id.ok());
-    map[v] = *id;
-  }
-  for (NodeId m : group.members) {
-    const Node& n = g.node(m);
-    std::vector<ValueId> in;
-    for (ValueId v : n.inputs) in.push_back(map.at(v));
-    std::vector<std::string> names;
-    for (ValueId v : n.outputs) names.push_back(g.value(v).name);
-    auto outs = out.add_node(n.op, in, n.attrs, names);
-    KILN_CHECK(outs.ok());
-    out.set_node_group(static_cast<NodeId>(out.nodes().size()) - 1, 0);
-    for (size_t i = 0; i < n.outputs.size(); ++i) map[n.outputs[i]] = (*outs)[i];
-  }
-  for (ValueId v : group.outputs) KILN_CHECK(out.add_output(g.value(v).name, map.at(v)).ok());
-  return out;
-}
-
-int64_t row_length(const Graph& g) {
-  int64_t k = 1;
-  for (const Node& n : g.nodes()) {
-    for (ValueId v : n.inputs) {
-      if (!g.value(v).type.shape.empty()) k = std::max(k, g.value(v).type.shape.back());
-    }
-  }
-  return k;
-}
 
 TEST(BackendOps, EveryZooFusedGroupOnCpuMatchesTheReference) {
   const std::vector<std::string> models = {
@@ -230,7 +198,7 @@ TEST(BackendOps, EveryZooFusedGroupOnCpuMatchesTheReference) {
     ASSERT_TRUE(optimized.ok()) << spec;
     for (const passes::FusedGroup& fg : passes::collect_fused_groups(optimized->graph)) {
       if (fg.outputs.empty()) continue;
-      const Graph sub = group_graph(optimized->graph, fg);
+      const Graph sub = testing::group_graph(optimized->graph, fg);
       auto k = kernel::lower_nodes(sub, [&] {
         std::vector<NodeId> all;
         for (NodeId i = 0; i < static_cast<NodeId>(sub.nodes().size()); ++i) all.push_back(i);
@@ -240,14 +208,14 @@ TEST(BackendOps, EveryZooFusedGroupOnCpuMatchesTheReference) {
       if (!seen.insert(key).second) continue;
       ++groups;
       int fb = 0;
-      EXPECT_EQ(check_plan(sub, sub, false, row_length(sub), {}, &fb), "")
+      EXPECT_EQ(check_plan(sub, sub, false, testing::row_length(sub), {}, &fb), "")
           << spec << " group " << fg.id << "\n" << (k.ok() ? kernel::kernel_to_text(*k) : k.error().message);
       fallbacks += fb;
       if (!k.ok()) continue;
       // Another schedule computes the same: two threads, re-read instead of cached rows, no simd, unrolled.
       backend::PlanOptions other;
       other.schedules[kernel::kernel_hash(*k)] = kernel::Schedule{1, 2, 1, 1, false, 4};
-      EXPECT_EQ(check_plan(sub, sub, false, row_length(sub), other), "") << spec << " group " << fg.id << " (reread)";
+      EXPECT_EQ(check_plan(sub, sub, false, testing::row_length(sub), other), "") << spec << " group " << fg.id << " (reread)";
     }
   }
   EXPECT_GT(groups, 40);

@@ -12,6 +12,7 @@
 #include "harness/compare.h"
 #include "harness/inputs.h"
 #include "harness/task.h"
+#include "passes/fuse_rows.h"
 #include "ref/executor.h"
 
 namespace kiln::testing {
@@ -30,11 +31,12 @@ inline std::map<std::string, Tensor> draw_graph_inputs(const Graph& g, harness::
   return inputs;
 }
 
-// Runs `graph` (already optimized: groups annotated) as a plan on the CPU backend and compares with the
-// reference of `oracle` (same inputs and outputs). Returns a failure message, or "" when every output passes.
-inline std::string check_plan(const Graph& graph, const Graph& oracle, bool exact, int64_t reduction_length,
-                              const backend::PlanOptions& options = {}, int* fallbacks = nullptr) {
-  auto plan = backend::Plan::build(cpu_backend(), graph, options);
+// Runs `graph` (already optimized: groups annotated) as a plan on `on` and compares with the reference of
+// `oracle` (same inputs and outputs). Returns a failure message, or "" when every output passes.
+inline std::string check_plan_on(backend::Backend& on, const Graph& graph, const Graph& oracle, bool exact,
+                                 int64_t reduction_length, const backend::PlanOptions& options = {},
+                                 int* fallbacks = nullptr) {
+  auto plan = backend::Plan::build(on, graph, options);
   if (!plan.ok()) return "plan build failed: " + plan.error().message;
   if (fallbacks) *fallbacks = (*plan)->summary().fallbacks;
   for (harness::Distribution d : {harness::Distribution::normal, harness::Distribution::wide}) {
@@ -63,6 +65,46 @@ inline std::string check_plan(const Graph& graph, const Graph& oracle, bool exac
     }
   }
   return "";
+}
+
+inline std::string check_plan(const Graph& graph, const Graph& oracle, bool exact, int64_t reduction_length,
+                              const backend::PlanOptions& options = {}, int* fallbacks = nullptr) {
+  return check_plan_on(cpu_backend(), graph, oracle, exact, reduction_length, options, fallbacks);
+}
+
+// A standalone graph of one group: its outside inputs become graph inputs, its outputs graph outputs.
+inline Graph group_graph(const Graph& g, const passes::FusedGroup& group) {
+  Graph out;
+  out.name = "group";
+  std::map<ValueId, ValueId> map;
+  for (ValueId v : group.inputs) {
+    auto id = out.add_input(g.value(v).name, g.value(v).type, Binding::per_call);
+    KILN_CHECK(id.ok());
+    map[v] = *id;
+  }
+  for (NodeId m : group.members) {
+    const Node& n = g.node(m);
+    std::vector<ValueId> in;
+    for (ValueId v : n.inputs) in.push_back(map.at(v));
+    std::vector<std::string> names;
+    for (ValueId v : n.outputs) names.push_back(g.value(v).name);
+    auto outs = out.add_node(n.op, in, n.attrs, names);
+    KILN_CHECK(outs.ok());
+    out.set_node_group(static_cast<NodeId>(out.nodes().size()) - 1, 0);
+    for (size_t i = 0; i < n.outputs.size(); ++i) map[n.outputs[i]] = (*outs)[i];
+  }
+  for (ValueId v : group.outputs) KILN_CHECK(out.add_output(g.value(v).name, map.at(v)).ok());
+  return out;
+}
+
+inline int64_t row_length(const Graph& g) {
+  int64_t k = 1;
+  for (const Node& n : g.nodes()) {
+    for (ValueId v : n.inputs) {
+      if (!g.value(v).type.shape.empty()) k = std::max(k, g.value(v).type.shape.back());
+    }
+  }
+  return k;
 }
 
 }  // namespace kiln::testing
