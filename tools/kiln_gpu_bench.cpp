@@ -265,7 +265,8 @@ json bench_plan(const std::string& spec, int reps) {
   json row = {{"model", spec}};
   auto model = models::build_zoo_model(spec);
   if (!model.ok()) return row["error"] = model.error().message, row;
-  backend::Backend& gpu = *must(backend::make_backend("cuda"));
+  std::unique_ptr<backend::Backend> owned = must(backend::make_backend("cuda"));
+  backend::Backend& gpu = *owned;
   const auto inputs = models::random_inputs(*model, 1);
   auto measure = [&](const char* name, const passes::PipelineOptions& options) {
     auto optimized = passes::run_pipeline(*model, options);
@@ -311,6 +312,7 @@ int main(int argc, char** argv) {
   }
   Context context = must(Context::open(0));
   const DeviceInfo& info = context.info();
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // lines reach a pipe as they are printed
   std::printf("%s (%s, %d SMs, L2 %lld MB, driver %d), cuBLASLt %s, NVRTC %s\n", info.name.c_str(),
               info.arch().c_str(), info.multiprocessors, static_cast<long long>(info.l2_bytes >> 20),
               info.driver_version, BlasLt::version().c_str(), nvrtc_version().c_str());

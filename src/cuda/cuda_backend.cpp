@@ -179,7 +179,8 @@ class CudaBackend final : public backend::Backend {
         return make_error(ErrorCode::unsupported, "this build has no cuDNN attention (run scripts/setup.sh)");
 #endif
       case Op::full:
-      case Op::arange: return ok_status();  // plans fold sources into constants
+      case Op::arange:
+      case Op::gather: return ok_status();  // on the host, through the reference (plans fold sources at build)
       default: break;
     }
     if (!kernel::kernel_supports_op(op))
@@ -201,6 +202,9 @@ class CudaBackend final : public backend::Backend {
       case Op::linear: return run_linear(attrs, inputs, outputs[0]);
       case Op::scaled_linear: return run_scaled_linear(attrs, inputs, outputs[0]);
       case Op::attention: return run_attention(attrs, inputs, outputs[0]);
+      case Op::full:
+      case Op::arange:
+      case Op::gather: return run_on_host(op, attrs, inputs, outputs);
       default:
         return make_error(ErrorCode::unsupported,
                           "op " + std::string(op_name(op)) + " is not a CUDA library op (it runs as a generated kernel)");
@@ -226,6 +230,23 @@ class CudaBackend final : public backend::Backend {
   }
 
  private:
+  // Sources (computed once, when a plan is built) and gathers run through the reference implementation on the
+  // host: download, compute, upload.
+  Status run_on_host(Op op, const Attrs& attrs, std::span<const DeviceTensor> in, std::span<const DeviceTensor> out) {
+    std::vector<Tensor> inputs;
+    for (const DeviceTensor& t : in) {
+      KILN_ASSIGN_OR_RETURN(Tensor host, copy_to_host(t));
+      inputs.push_back(std::move(host));
+    }
+    std::vector<const Tensor*> pointers;
+    for (const Tensor& t : inputs) pointers.push_back(&t);
+    std::vector<Tensor> outputs;
+    for (const DeviceTensor& t : out) outputs.emplace_back(t.type.dtype, t.type.shape);
+    KILN_TRY(op_def(op).reference(RefCall{pointers, attrs, outputs}));
+    for (size_t i = 0; i < out.size(); ++i) KILN_TRY(copy_to_device(outputs[i], out[i]));
+    return ok_status();
+  }
+
   static Result<GemmScaling> scaling_of(std::span<const TensorType> in) {
     const Shape& xs = in[1].shape;
     const Shape& ws = in[3].shape;

@@ -75,7 +75,9 @@ Result<WorkerRun> run_worker(const WorkerRequest& request, const std::vector<std
   spec.argv = {worker};
   spec.scratch_dir = scratch;
   spec.limits.wall_seconds = options.wall_seconds;
-  spec.limits.cpu_seconds = options.wall_seconds + 1;  // the wall limit is the one that should fire
+  // The wall limit is the one that should fire. A GPU worker gets no CPU-time limit: the driver's threads
+  // spin while a kernel runs, so CPU time outruns wall time.
+  spec.limits.cpu_seconds = options.device == WorkerDevice::cuda ? 0 : options.wall_seconds + 1;
   KILN_ASSIGN_OR_RETURN(SandboxOutcome process, run_sandboxed(spec));
   WorkerRun run;
   run.process = std::move(process);

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <set>
 
@@ -130,12 +131,17 @@ std::string float_literal(double value) {
   return fmt::format("{:a}f", static_cast<double>(f));
 }
 
+// The table holds f32 bit patterns, not float literals: a __device__ table needs a constant initializer, and
+// infinities and NaNs have no literal form that every front end folds (NVRTC rejects __uint_as_float there).
 std::string decode_table(DType d) {
-  std::string out = fmt::format("KILN_TABLE float kiln_{}_table[256] = {{", dtype_name(d));
+  std::string out = fmt::format("KILN_TABLE uint32_t kiln_{}_table[256] = {{", dtype_name(d));
   for (int b = 0; b < 256; ++b) {
     const double v = d == DType::f8e4m3 ? f8e4m3_bits_to_double(static_cast<uint8_t>(b))
                                         : f8e5m2_bits_to_double(static_cast<uint8_t>(b));
-    out += (b % 8 == 0 ? "\n  " : " ") + float_literal(v) + ",";
+    const float f = static_cast<float>(v);
+    uint32_t bits = 0;
+    std::memcpy(&bits, &f, sizeof bits);
+    out += fmt::format("{}0x{:08x}u,", b % 8 == 0 ? "\n  " : " ", bits);
   }
   return out + "\n};\n";
 }
@@ -333,7 +339,7 @@ class KernelWriter {
           case DType::f16: v = "kiln_f16_to_f32(" + ref + ")"; break;
           default:
             tables_.insert(p.type.dtype);
-            v = fmt::format("kiln_{}_table[{}]", dtype_name(p.type.dtype), ref);
+            v = fmt::format("kiln_as_float(kiln_{}_table[{}])", dtype_name(p.type.dtype), ref);
         }
         break;
       }
