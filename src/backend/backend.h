@@ -87,6 +87,9 @@ class Backend {
   virtual Status synchronize() = 0;
   // Times `work` (which launches device work) on the device's own clock, after warm-up.
   virtual Result<Timing> time(const std::function<Status()>& work, const TimingOptions& options = {}) = 0;
+  // Records `work` (launches only: no host synchronization, no allocation) once and returns what replays it
+  // as deployed: a CUDA graph on GPUs; on the CPU, `work` itself.
+  virtual Result<std::function<Status()>> capture(const std::function<Status()>& work) { return work; }
 };
 
 // "cpu" (always) or another compiled-in backend; the error lists the available names.

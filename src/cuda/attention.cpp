@@ -62,10 +62,14 @@ Result<CudnnAttention> CudnnAttention::create(const AttentionDesc& input, CUstre
     return make_error(ErrorCode::shape_error, fmt::format("{}: every extent must be positive", desc.str()));
   if (desc.dtype != DType::bf16 && desc.dtype != DType::f16)
     return make_error(ErrorCode::unsupported, fmt::format("{}: cuDNN attention takes bf16 or f16", desc.str()));
+  if (desc.kv_heads == 0) desc.kv_heads = desc.heads;
+  if (desc.kv_heads < 0 || desc.heads % desc.kv_heads != 0)
+    return make_error(ErrorCode::shape_error, fmt::format("{}: {} heads is not a multiple of {} kv heads", desc.str(),
+                                                          desc.heads, desc.kv_heads));
   const std::array<int64_t, 4> none{};
   if (desc.q_stride == none) desc.q_stride = AttentionDesc::head_major(desc.heads, desc.q_tokens, desc.head_dim);
-  if (desc.k_stride == none) desc.k_stride = AttentionDesc::head_major(desc.heads, desc.kv_tokens, desc.head_dim);
-  if (desc.v_stride == none) desc.v_stride = AttentionDesc::head_major(desc.heads, desc.kv_tokens, desc.head_dim);
+  if (desc.k_stride == none) desc.k_stride = AttentionDesc::head_major(desc.kv_heads, desc.kv_tokens, desc.head_dim);
+  if (desc.v_stride == none) desc.v_stride = AttentionDesc::head_major(desc.kv_heads, desc.kv_tokens, desc.head_dim);
   if (desc.o_stride == none) desc.o_stride = AttentionDesc::head_major(desc.heads, desc.q_tokens, desc.head_dim);
   if (desc.scale == 0) desc.scale = 1.0 / std::sqrt(static_cast<double>(desc.head_dim));
 
@@ -80,15 +84,15 @@ Result<CudnnAttention> CudnnAttention::create(const AttentionDesc& input, CUstre
   fe::graph::Graph& graph = state->graph;
   graph.set_io_data_type(io).set_intermediate_data_type(fe::DataType_t::FLOAT).set_compute_data_type(
       fe::DataType_t::FLOAT);
-  auto tensor = [&](const char* name, int64_t tokens, const std::array<int64_t, 4>& stride) {
+  auto tensor = [&](const char* name, int64_t heads, int64_t tokens, const std::array<int64_t, 4>& stride) {
     return graph.tensor(fe::graph::Tensor_attributes()
                             .set_name(name)
-                            .set_dim({desc.batch, desc.heads, tokens, desc.head_dim})
+                            .set_dim({desc.batch, heads, tokens, desc.head_dim})
                             .set_stride(as_vector(stride)));
   };
-  state->q = tensor("q", desc.q_tokens, desc.q_stride);
-  state->k = tensor("k", desc.kv_tokens, desc.k_stride);
-  state->v = tensor("v", desc.kv_tokens, desc.v_stride);
+  state->q = tensor("q", desc.heads, desc.q_tokens, desc.q_stride);
+  state->k = tensor("k", desc.kv_heads, desc.kv_tokens, desc.k_stride);
+  state->v = tensor("v", desc.kv_heads, desc.kv_tokens, desc.v_stride);
   auto options = fe::graph::SDPA_attributes()
                      .set_name("sdpa")
                      .set_generate_stats(false)

@@ -18,10 +18,11 @@
 namespace kiln::cuda {
 
 struct AttentionDesc {
-  int64_t batch = 1, heads = 1, q_tokens = 1, kv_tokens = 1, head_dim = 64;
+  int64_t batch = 1, heads = 1, kv_heads = 0, q_tokens = 1, kv_tokens = 1, head_dim = 64;  // kv_heads 0: heads
   DType dtype = DType::bf16;
   bool causal = false;
   double scale = 0;  // 0: 1/sqrt(head_dim)
+  // kv_heads < heads is grouped-query attention (heads a multiple of kv_heads).
   // Element strides of q, k, v, o in [batch, heads, tokens, head_dim] order; empty: dense [b, h, s, d].
   std::array<int64_t, 4> q_stride{}, k_stride{}, v_stride{}, o_stride{};
 

@@ -213,6 +213,18 @@ class CudaBackend final : public backend::Backend {
 
   Status synchronize() override { return stream_.synchronize(); }
 
+  Result<std::function<Status()>> capture(const std::function<Status()>& work) override {
+    KILN_TRY(synchronize());
+    KILN_TRY(CapturedGraph::begin_capture(stream_.handle()));
+    Status recorded = work();
+    auto graph = CapturedGraph::end_capture(stream_.handle());  // ends the capture even when work failed
+    if (!recorded.ok()) return with_context(recorded.error(), "while capturing a CUDA graph");
+    if (!graph.ok()) return graph.error();
+    auto shared = std::make_shared<CapturedGraph>(std::move(graph).value());
+    CUstream stream = stream_.handle();
+    return std::function<Status()>([shared, stream] { return shared->replay(stream); });
+  }
+
   Result<backend::Timing> time(const std::function<Status()>& work, const backend::TimingOptions& options) override {
     KILN_ASSIGN_OR_RETURN(Event start, Event::create());
     KILN_ASSIGN_OR_RETURN(Event end, Event::create());
@@ -252,6 +264,7 @@ class CudaBackend final : public backend::Backend {
     const Shape& ws = in[3].shape;
     if (xs.empty() && ws.empty()) return GemmScaling::tensor;
     if (!xs.empty() && xs.back() == 1 && !ws.empty() && ws.back() == 1) return GemmScaling::channel;
+    if (xs.empty() && !ws.empty() && ws.back() == 1) return GemmScaling::tensor_x_channel_w;
     return make_error(ErrorCode::unsupported,
                       "the CUDA backend's scaled_linear takes per-tensor or per-row/per-channel scales; 128-block "
                       "scales need their activation scales packed k-block-major for cuBLASLt first (xs " +
@@ -315,8 +328,7 @@ class CudaBackend final : public backend::Backend {
 #ifdef KILN_HAS_CUDNN
     const Shape& q = in[0].type.shape;  // [b, h, s, d]
     const Shape& k = in[1].type.shape;
-    if (k[1] != q[1]) return make_error(ErrorCode::unsupported, "the CUDA backend's attention needs as many kv heads as q heads");
-    AttentionDesc desc{.batch = q[0], .heads = q[1], .q_tokens = q[2], .kv_tokens = k[2], .head_dim = q[3],
+    AttentionDesc desc{.batch = q[0], .heads = q[1], .kv_heads = k[1], .q_tokens = q[2], .kv_tokens = k[2], .head_dim = q[3],
                        .dtype = in[0].type.dtype, .causal = attrs.get_int("causal", 0) != 0,
                        .scale = attrs.get_float("scale", 0.0)};
     const std::string key = desc.str() + fmt::format(" scale={}", desc.scale);

@@ -84,6 +84,7 @@ Status make_descriptors(const GemmDesc& desc, Descriptors& out) {
     // A = w, B = x (see gemm.h).
     int32_t w_mode = CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F, x_mode = CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
     if (desc.scaling == GemmScaling::channel) w_mode = x_mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+    if (desc.scaling == GemmScaling::tensor_x_channel_w) w_mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
     if (desc.scaling == GemmScaling::block) {
       w_mode = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
       x_mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
@@ -140,7 +141,8 @@ std::string GemmDesc::str() const {
   const char* scale = scaling == GemmScaling::none      ? ""
                       : scaling == GemmScaling::tensor  ? " scales=tensor"
                       : scaling == GemmScaling::channel ? " scales=channel"
-                                                        : " scales=block";
+                      : scaling == GemmScaling::block   ? " scales=block"
+                                                        : " scales=tensor-x,channel-w";
   return fmt::format("m={} n={} k={} {}->{}{}{}{}", m, n, k, dtype_name(input), dtype_name(output), epi, scale,
                      fast_accumulation ? " fast-accum" : "");
 }

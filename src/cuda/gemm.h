@@ -25,7 +25,9 @@ enum class GemmEpilogue { none, bias, bias_gelu };  // gelu is the tanh approxim
 // tensor: one scale each; channel: w per output row [n], x per token [m];
 // block: w per 128x128 block [ceil(n/128), ceil(k/128)] row-major, x per 1x128 block stored k-block-major,
 // [ceil(k/128), m] (tokens contiguous) — the layout cuBLASLt 13.1 reads on sm_90, measured by gpu_gemm_test.
-enum class GemmScaling { none, tensor, channel, block };
+// tensor_x_channel_w: one scale for x, one per output row of w (what fp8_scaling=tensor gives: dynamic
+// activations, per-channel weights).
+enum class GemmScaling { none, tensor, channel, block, tensor_x_channel_w };
 
 struct GemmDesc {
   int64_t m = 0, n = 0, k = 0;
