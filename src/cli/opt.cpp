@@ -2,6 +2,8 @@
 // kernels before and after fusion and the bytes they move; optionally writes the optimized graph.
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -26,6 +28,42 @@ struct OptArgs {
   int notes = 5;
 };
 
+// "a ×3, b ×2": patterns by descending count (ties by name), the first `shown` of them.
+std::string describe_found(const std::map<std::string, int>& found, size_t shown = 8) {
+  std::vector<std::pair<std::string, int>> sorted(found.begin(), found.end());
+  std::stable_sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  std::string out;
+  for (size_t i = 0; i < sorted.size() && i < shown; ++i) {
+    out += (i ? ", " : "") + sorted[i].first + " ×" + std::to_string(sorted[i].second);
+  }
+  if (sorted.size() > shown) out += fmt::format(", ... ({} more patterns)", sorted.size() - shown);
+  return out;
+}
+
+int total_found(const std::map<std::string, int>& found) {
+  int n = 0;
+  for (const auto& [pattern, count] : found) n += count;
+  return n;
+}
+
+// What a pass (or the whole pipeline) moved into the load-time stage: node and byte deltas and the ops gained.
+struct Hoisted {
+  int nodes = 0;
+  double bytes = 0;
+  std::map<std::string, int> ops;
+};
+Hoisted hoisted_between(const passes::StageWork& before, const passes::StageWork& after) {
+  Hoisted h;
+  h.nodes = after.nodes[0] - before.nodes[0];
+  h.bytes = after.bytes[0] - before.bytes[0];
+  for (const auto& [op, n] : after.load_ops) {
+    auto it = before.load_ops.find(op);
+    const int gained = n - (it == before.load_ops.end() ? 0 : it->second);
+    if (gained > 0) h.ops[op] = gained;
+  }
+  return h;
+}
+
 int run_opt(const OptArgs& args) {
   auto graph = load_model(args.model);
   if (!graph.ok()) return report_error(graph.error());
@@ -44,20 +82,39 @@ int run_opt(const OptArgs& args) {
   if (args.as_json) {
     nlohmann::json j;
     j["model"] = args.model;
-    for (const passes::PassReport& r : result->reports) {
+    const passes::StageWork* before = &result->input_work;
+    for (size_t i = 0; i < result->reports.size(); ++i) {
+      const passes::PassReport& r = result->reports[i];
+      const Hoisted h = hoisted_between(*before, result->stage_work[i]);
       j["passes"].push_back({{"pass", r.pass}, {"changed", r.changed}, {"nodes_before", r.nodes_before},
-                             {"nodes_after", r.nodes_after}, {"notes", r.notes}});
+                             {"nodes_after", r.nodes_after}, {"notes", r.notes}, {"found", r.found},
+                             {"load_time", {{"nodes_added", h.nodes}, {"bytes_added", h.bytes}, {"ops_added", h.ops}}}});
+      before = &result->stage_work[i];
     }
-    j["memory_bound_kernels"] = {{"before", k.kernels_before}, {"after", k.kernels_after}};
+    const passes::StageWork& last = result->stage_work.empty() ? result->input_work : result->stage_work.back();
+    const Hoisted total = hoisted_between(result->input_work, last);
+    j["hoisted_to_load_time"] = {{"nodes", total.nodes}, {"bytes", total.bytes}, {"ops", total.ops},
+                                 {"load_stage_nodes", last.nodes[0]}, {"load_stage_bytes", last.bytes[0]}};
+    j["memory_bound_kernels"] = {{"before", k.kernels_before}, {"after", k.kernels_after},
+                                 {"view_copies_after", k.view_copies_after}};
     j["memory_bound_bytes"] = {{"before", k.bytes_before}, {"after", k.bytes_after},
                                {"saved", k.bytes_before - k.bytes_after}};
     fmt::print("{}\n", j.dump(1));
     return 0;
   }
   fmt::print("model {}: {} nodes\n", args.model, graph->nodes().size());
-  for (const passes::PassReport& r : result->reports) {
-    fmt::print("  {:<10} {:>6} -> {:<6} nodes  {}\n", r.pass, r.nodes_before, r.nodes_after,
+  const passes::StageWork* before = &result->input_work;
+  for (size_t p = 0; p < result->reports.size(); ++p) {
+    const passes::PassReport& r = result->reports[p];
+    fmt::print("  {:<15} {:>6} -> {:<6} nodes  {}\n", r.pass, r.nodes_before, r.nodes_after,
                r.changed ? "changed" : "no change");
+    if (!r.found.empty()) fmt::print("      found {}: {}\n", total_found(r.found), describe_found(r.found));
+    const Hoisted h = hoisted_between(*before, result->stage_work[p]);
+    if (h.nodes != 0 || h.bytes != 0) {
+      fmt::print("      load-time stage: {:+} nodes, {}{} moved once at load{}{}\n", h.nodes, h.bytes < 0 ? "-" : "+",
+                 format_bytes(std::fabs(h.bytes)), h.ops.empty() ? "" : " (", h.ops.empty() ? "" : describe_found(h.ops) + ")");
+    }
+    before = &result->stage_work[p];
     for (size_t i = 0; i < r.notes.size() && static_cast<int>(i) < args.notes; ++i) {
       fmt::print("             {}\n", r.notes[i]);
     }
@@ -65,9 +122,17 @@ int run_opt(const OptArgs& args) {
       fmt::print("             ... {} more\n", r.notes.size() - static_cast<size_t>(args.notes));
     }
   }
+  const passes::StageWork& last = result->stage_work.empty() ? result->input_work : result->stage_work.back();
+  const Hoisted total = hoisted_between(result->input_work, last);
+  fmt::print("hoisted to load time: {} nodes, {} moved once at load{}{}; load-time stage {} -> {} nodes\n",
+             total.nodes, format_bytes(total.bytes), total.ops.empty() ? "" : " (",
+             total.ops.empty() ? "" : describe_found(total.ops) + ")", result->input_work.nodes[0], last.nodes[0]);
   fmt::print("memory-bound kernels per call: {} -> {}; bytes they move: {} -> {} (predicted saving {})\n",
              k.kernels_before, k.kernels_after, format_bytes(k.bytes_before), format_bytes(k.bytes_after),
              format_bytes(k.bytes_before - k.bytes_after));
+  fmt::print("views that still copy: {} ({}); every other view is an index map of a fused group's loads or a "
+             "contiguous window a library op reads\n",
+             k.view_copies_after, format_bytes(k.view_copy_bytes_after));
   return 0;
 }
 

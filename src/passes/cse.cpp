@@ -11,7 +11,7 @@ namespace kiln::passes {
 PassResult eliminate_common_subexpressions(const Graph& graph) {
   using Key = std::tuple<Op, std::vector<ValueId>, Attrs>;
   std::map<Key, NodeId> seen;  // key over *target* input ids -> first source node with that key
-  PassReport report{"cse", false, static_cast<int>(graph.nodes().size()), 0, {}};
+  PassReport report{"cse", false, static_cast<int>(graph.nodes().size()), 0, {}, {}};
   GraphCopier copier(graph);
   for (NodeId id = 0; id < static_cast<NodeId>(graph.nodes().size()); ++id) {
     const Node& node = graph.node(id);

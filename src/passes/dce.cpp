@@ -15,7 +15,7 @@ PassResult eliminate_dead_code(const Graph& graph) {
     if (!live_node[id]) continue;
     for (ValueId v : node.inputs) live_value[v] = true;
   }
-  PassReport report{"dce", false, static_cast<int>(graph.nodes().size()), 0, {}};
+  PassReport report{"dce", false, static_cast<int>(graph.nodes().size()), 0, {}, {}};
   GraphCopier copier(graph);
   for (NodeId id = 0; id < static_cast<NodeId>(graph.nodes().size()); ++id) {
     if (live_node[id]) {

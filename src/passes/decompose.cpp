@@ -214,7 +214,7 @@ Rule rule_for(Op op) {
 }  // namespace
 
 PassResult decompose_composites(const Graph& graph) {
-  PassReport report{"decompose", false, static_cast<int>(graph.nodes().size()), 0, {}};
+  PassReport report{"decompose", false, static_cast<int>(graph.nodes().size()), 0, {}, {}};
   GraphCopier copier(graph);
   std::map<std::string, int> counts;
   for (NodeId id = 0; id < static_cast<NodeId>(graph.nodes().size()); ++id) {

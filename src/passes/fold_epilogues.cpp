@@ -19,7 +19,7 @@ struct Fold {
 }  // namespace
 
 PassResult fold_gemm_epilogues(const Graph& graph) {
-  PassReport report{"fold-epilogues", false, static_cast<int>(graph.nodes().size()), 0, {}};
+  PassReport report{"fold-epilogues", false, static_cast<int>(graph.nodes().size()), 0, {}, {}};
   std::vector<std::vector<NodeId>> readers(graph.values().size());
   for (NodeId id = 0; id < static_cast<NodeId>(graph.nodes().size()); ++id) {
     for (ValueId v : graph.node(id).inputs) readers[v].push_back(id);

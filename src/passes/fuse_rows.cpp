@@ -263,7 +263,7 @@ class RowFuser {
 
 PassResult fuse_row_groups(const Graph& graph, const FuseOptions& options) {
   PassReport report{"fuse-rows", false, static_cast<int>(graph.nodes().size()),
-                    static_cast<int>(graph.nodes().size()), {}};
+                    static_cast<int>(graph.nodes().size()), {}, {}};
   RowFuser fuser(graph, options);
   fuser.run();
   Graph out = fuser.annotated(report);
@@ -286,16 +286,36 @@ std::vector<FusedGroup> collect_fused_groups(const Graph& graph) {
   std::set<ValueId> graph_outputs;
   for (const GraphOutput& o : graph.outputs()) graph_outputs.insert(o.value);
   std::vector<FusedGroup> out;
+  // A group reads an outside value whole, unless only its slices and splits (index maps) read it: then it
+  // reads the parts they select.
+  auto is_part_view = [&](NodeId m) { return graph.node(m).op == Op::slice || graph.node(m).op == Op::split; };
   for (auto& [grp, fg] : groups) {
     std::set<ValueId> read;
+    std::map<ValueId, double> part_bytes;  // outside value -> bytes its in-group slices/splits select, or -1
     for (NodeId m : fg.members) {
       for (ValueId v : graph.node(m).inputs) {
         const NodeId p = graph.value(v).producer;
-        if ((p < 0 || graph.node(p).group != grp) && read.insert(v).second) {
-          fg.inputs.push_back(v);
-          fg.bytes += static_cast<double>(type_bytes(graph.value(v).type));
+        if (p >= 0 && graph.node(p).group == grp) continue;
+        if (read.insert(v).second) fg.inputs.push_back(v);
+        double& part = part_bytes[v];
+        if (part < 0) continue;
+        if (!is_part_view(m)) {
+          part = -1;
+          continue;
+        }
+        for (ValueId o : graph.node(m).outputs) {
+          bool used = graph_outputs.count(o) > 0;
+          for (NodeId c : consumers[o]) used = used || graph.node(c).group == grp;
+          if (used) part += static_cast<double>(type_bytes(graph.value(o).type));
         }
       }
+    }
+    for (ValueId v : fg.inputs) {
+      const double whole = static_cast<double>(type_bytes(graph.value(v).type));
+      const double part = part_bytes[v];
+      fg.bytes += part < 0 ? whole : std::min(part, whole);
+    }
+    for (NodeId m : fg.members) {
       for (ValueId v : graph.node(m).outputs) {
         bool escapes = graph_outputs.count(v) > 0;
         for (NodeId c : consumers[v]) escapes = escapes || graph.node(c).group != grp;
@@ -402,6 +422,10 @@ KernelSummary summarize_memory_bound_kernels(const Graph& original, const Graph&
     if (n.group >= 0 || free[id] || !is_memory_bound_kernel(n.op) || !served(time_after, n)) continue;
     ++s.kernels_after;
     s.bytes_after += node_cost(fused, id).bytes;
+    if (op_has_trait(n.op, kTraitView)) {
+      ++s.view_copies_after;
+      s.view_copy_bytes_after += node_cost(fused, id).bytes;
+    }
   }
   return s;
 }

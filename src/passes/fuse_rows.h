@@ -47,6 +47,10 @@ struct KernelSummary {
   int kernels_after = 0;
   double bytes_before = 0;
   double bytes_after = 0;
+  // Of kernels_after: views that still copy (no fused group loads through them, no library op reads them as
+  // a contiguous window), and the bytes they move.
+  int view_copies_after = 0;
+  double view_copy_bytes_after = 0;
 };
 KernelSummary summarize_memory_bound_kernels(const Graph& original, const Graph& fused);
 

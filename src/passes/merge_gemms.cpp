@@ -73,6 +73,10 @@ struct MergeGroup {
 // Why `gemm` may not be merged with anything: an operand that is not a load-time value would make the concat
 // run on every call (or every step).
 std::optional<std::string> operand_blocker(const Graph& graph, const std::vector<Binding>& times, const Gemm& gemm) {
+  // Packed scales (pack_scales) are laid out along N in padded rows: they no longer concatenate along N.
+  if (graph.node(gemm.node).attrs.get_string("ws_layout", "row_major") != "row_major") {
+    return std::string("its weight scales are already packed into the GEMM layout (ws_layout \"packed\")");
+  }
   for (ValueId v : {gemm.weight, gemm.bias, gemm.scale}) {
     if (v >= 0 && times[v] != Binding::weight) {
       return "its operand %" + graph.value(v).name + " is a " + binding_name(times[v]) +
@@ -240,7 +244,7 @@ std::string describe_members(const Graph& graph, const MergeGroup& group) {
 }  // namespace
 
 PassResult merge_parallel_gemms(const Graph& graph) {
-  PassReport report{"merge-gemms", false, static_cast<int>(graph.nodes().size()), 0, {}};
+  PassReport report{"merge-gemms", false, static_cast<int>(graph.nodes().size()), 0, {}, {}};
   const std::vector<Binding> times = classify_binding_times(graph);
 
   // Candidates by what they share, keys in order of their first GEMM.

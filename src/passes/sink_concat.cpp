@@ -59,7 +59,7 @@ bool can_sink(const Graph& g, NodeId id, size_t which, const std::vector<int>& r
 namespace {
 
 PassResult sink_once(const Graph& graph) {
-  PassReport report{"sink-concat", false, static_cast<int>(graph.nodes().size()), 0, {}};
+  PassReport report{"sink-concat", false, static_cast<int>(graph.nodes().size()), 0, {}, {}};
   std::vector<int> readers(graph.values().size(), 0);
   for (const Node& n : graph.nodes()) {
     for (ValueId v : n.inputs) ++readers[v];
