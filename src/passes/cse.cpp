@@ -30,6 +30,7 @@ PassResult eliminate_common_subexpressions(const Graph& graph) {
     for (size_t i = 0; i < node.outputs.size(); ++i) copier.set_map(node.outputs[i], copier.map(first.outputs[i]));
     report.changed = true;
     report.notes.push_back(graph.node_label(id) + " is " + graph.node_label(it->second));
+    ++report.found["repeated " + std::string(op_name(node.op))];
   }
   Graph out = copier.finish();
   report.nodes_after = static_cast<int>(out.nodes().size());

@@ -23,6 +23,7 @@ PassResult eliminate_dead_code(const Graph& graph) {
     } else {
       report.changed = true;
       report.notes.push_back("removed " + graph.node_label(id));
+      ++report.found["dead " + std::string(op_name(graph.node(id).op))];
     }
   }
   Graph out = copier.finish();

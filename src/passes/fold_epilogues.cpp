@@ -84,6 +84,7 @@ PassResult fold_gemm_epilogues(const Graph& graph) {
       KILN_CHECK(out.ok());
       copier.set_map(last, (*out)[0]);
       report.changed = true;
+      ++report.found[fmt::format("{} + bias{} epilogue", op_name(gemm.op), f.gelu >= 0 ? " + GELU" : "")];
       report.notes.push_back(fmt::format("{} takes its bias{} as an epilogue", graph.node_label(f.gemm),
                                          f.gelu >= 0 ? " and GELU" : ""));
       continue;

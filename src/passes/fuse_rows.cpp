@@ -75,6 +75,7 @@ class RowFuser {
       if (m.size() > 1) {
         ++groups;
         fused_nodes += static_cast<int>(m.size());
+        ++report.found[describe_group_pattern(g_, m)];
       }
     }
     report.changed = groups > 0;
@@ -268,6 +269,46 @@ PassResult fuse_row_groups(const Graph& graph, const FuseOptions& options) {
   fuser.run();
   Graph out = fuser.annotated(report);
   return {std::move(out), std::move(report)};
+}
+
+std::string describe_group_pattern(const Graph& graph, const std::vector<NodeId>& members) {
+  std::vector<std::pair<std::string, int>> shaping;  // token, run length
+  int elementwise = 0, views = 0;
+  for (NodeId m : members) {
+    const Node& n = graph.node(m);
+    std::string token;
+    const bool to_fp8 = n.op == Op::cast && (graph.value(n.outputs[0]).type.dtype == DType::f8e4m3 ||
+                                            graph.value(n.outputs[0]).type.dtype == DType::f8e5m2);
+    if (op_has_trait(n.op, kTraitReduction) || op_has_trait(n.op, kTraitTranscendental) ||
+        op_has_trait(n.op, kTraitRowwise) || op_has_trait(n.op, kTraitQuantize)) {
+      token = std::string(op_name(n.op));
+    } else if (to_fp8) {
+      token = "cast " + std::string(dtype_name(graph.value(n.outputs[0]).type.dtype));
+    } else if (op_has_trait(n.op, kTraitView)) {
+      ++views;
+    } else {
+      ++elementwise;
+    }
+    if (token.empty()) continue;
+    if (!shaping.empty() && shaping.back().first == token) {
+      ++shaping.back().second;
+    } else {
+      shaping.emplace_back(token, 1);
+    }
+  }
+  std::string out;
+  for (const auto& [token, run] : shaping) {
+    out += (out.empty() ? "" : " -> ") + token + (run > 1 ? " x" + std::to_string(run) : "");
+  }
+  if (out.empty() && elementwise == 0) return fmt::format("views only ({})", views);
+  if (out.empty()) {
+    out = fmt::format("elementwise x{}", elementwise);
+    elementwise = 0;
+  }
+  std::string rest;
+  if (elementwise > 0) rest += fmt::format("+{} elementwise", elementwise);
+  if (views > 0) rest += fmt::format("{}{} view{}", rest.empty() ? "+" : ", ", views, views == 1 ? "" : "s");
+  return rest.empty() ? out : out + " (" + rest + ")";
 }
 
 std::vector<FusedGroup> collect_fused_groups(const Graph& graph) {

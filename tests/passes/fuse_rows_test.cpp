@@ -39,6 +39,10 @@ TEST(PassFuseRows, GatedResidualAndRmsNormBecomeOneGroup) {
       output y = %y
     })");
   EXPECT_TRUE(r.changed);
+  // What the report lists, derived from the members: one reduction, one transcendental, four plain ops.
+  ASSERT_EQ(r.found.size(), 1u);
+  EXPECT_EQ(r.found.begin()->first, "reduce_mean -> rsqrt (+4 elementwise)");
+  EXPECT_EQ(r.found.begin()->second, 1);
 }
 
 TEST(PassFuseRows, LibraryOpsCyclesStagesAndMisalignedRowsSplitGroups) {
@@ -71,7 +75,7 @@ TEST(PassFuseRows, LibraryOpsCyclesStagesAndMisalignedRowsSplitGroups) {
 // the unfused graph (decompose reassociates: f32 intermediates instead of one rounding per composite).
 TEST(PassFuseRows, ZooTinyModelsKeepTheirOutputs) {
   for (const models::ZooEntry& e : models::zoo_models()) {
-    for (const std::string spec : {e.name + ":tiny", e.name + ":tiny,dtype=fp8,fp8_scaling=channel"}) {
+    for (const std::string& spec : {e.name + ":tiny", e.name + ":tiny,dtype=fp8,fp8_scaling=channel"}) {
       SCOPED_TRACE(spec);
       auto g = models::build_zoo_model(spec);
       ASSERT_TRUE(g.ok()) << g.error().message;
