@@ -95,6 +95,7 @@ int run_opt(const OptArgs& args) {
     const Hoisted total = hoisted_between(result->input_work, last);
     j["hoisted_to_load_time"] = {{"nodes", total.nodes}, {"bytes", total.bytes}, {"ops", total.ops},
                                  {"load_stage_nodes", last.nodes[0]}, {"load_stage_bytes", last.bytes[0]}};
+    j["per_step_stage"] = {{"nodes", last.nodes[1]}, {"bytes", last.bytes[1]}, {"ops", last.step_ops}};
     j["memory_bound_kernels"] = {{"before", k.kernels_before}, {"after", k.kernels_after},
                                  {"view_copies_after", k.view_copies_after}};
     j["memory_bound_bytes"] = {{"before", k.bytes_before}, {"after", k.bytes_after},
@@ -127,6 +128,10 @@ int run_opt(const OptArgs& args) {
   fmt::print("hoisted to load time: {} nodes, {} moved once at load{}{}; load-time stage {} -> {} nodes\n",
              total.nodes, format_bytes(total.bytes), total.ops.empty() ? "" : " (",
              total.ops.empty() ? "" : describe_found(total.ops) + ")", result->input_work.nodes[0], last.nodes[0]);
+  if (last.nodes[1] > 0) {
+    fmt::print("per-step stage: {} nodes, {} computed once per step and shared by every call of the step ({})\n",
+               last.nodes[1], format_bytes(last.bytes[1]), describe_found(last.step_ops, 6));
+  }
   fmt::print("memory-bound kernels per call: {} -> {}; bytes they move: {} -> {} (predicted saving {})\n",
              k.kernels_before, k.kernels_after, format_bytes(k.bytes_before), format_bytes(k.bytes_after),
              format_bytes(k.bytes_before - k.bytes_after));

@@ -308,7 +308,23 @@ std::string describe_group_pattern(const Graph& graph, const std::vector<NodeId>
   std::string rest;
   if (elementwise > 0) rest += fmt::format("+{} elementwise", elementwise);
   if (views > 0) rest += fmt::format("{}{} view{}", rest.empty() ? "+" : ", ", views, views == 1 ? "" : "s");
-  return rest.empty() ? out : out + " (" + rest + ")";
+  // Values leaving the group: read by a node outside it or a graph output.
+  const std::set<NodeId> in_group(members.begin(), members.end());
+  std::set<ValueId> outputs;
+  for (const GraphOutput& o : graph.outputs()) outputs.insert(o.value);
+  int writes = 0;
+  for (NodeId m : members) {
+    for (ValueId v : graph.node(m).outputs) {
+      bool escapes = outputs.count(v) > 0;
+      for (NodeId id = m + 1; !escapes && id < static_cast<NodeId>(graph.nodes().size()); ++id) {
+        if (in_group.count(id)) continue;
+        for (ValueId in : graph.node(id).inputs) escapes = escapes || in == v;
+      }
+      writes += escapes;
+    }
+  }
+  rest += fmt::format("{}writes {}", rest.empty() ? "" : "; ", writes);
+  return out + " (" + rest + ")";
 }
 
 std::vector<FusedGroup> collect_fused_groups(const Graph& graph) {

@@ -37,7 +37,9 @@ std::vector<FusedGroup> collect_fused_groups(const Graph& graph);
 // A group's pattern, derived from its members' traits (no list of known fusions): the ops that shape the
 // kernel — reductions, transcendental ops, casts to FP8 — in member order, equal neighbours counted, then how
 // many plain elementwise ops and views ride along, e.g.
-//   "reduce_mean x2 -> rsqrt -> reduce_amax -> cast f8e4m3 (+16 elementwise, 5 views)".
+//   "reduce_mean x2 -> rsqrt -> reduce_amax -> cast f8e4m3 (+16 elementwise, 5 views; writes 2)",
+// where "writes" counts the values the group leaves in memory (a gated residual + norm writes the updated
+// residual stream besides the normed rows).
 std::string describe_group_pattern(const Graph& graph, const std::vector<NodeId>& members);
 
 }  // namespace kiln::passes

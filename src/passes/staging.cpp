@@ -117,6 +117,7 @@ StageWork measure_stage_work(const Graph& graph) {
     ++work.nodes[static_cast<int>(b)];
     work.bytes[static_cast<int>(b)] += node_cost(graph, id).bytes;
     if (b == Binding::weight) ++work.load_ops[std::string(op_name(node.op))];
+    if (b == Binding::per_step) ++work.step_ops[std::string(op_name(node.op))];
   }
   return work;
 }

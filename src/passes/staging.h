@@ -35,6 +35,7 @@ struct StageWork {
   int nodes[3] = {0, 0, 0};
   double bytes[3] = {0, 0, 0};
   std::map<std::string, int> load_ops;
+  std::map<std::string, int> step_ops;  // per-step nodes by op name
 };
 StageWork measure_stage_work(const Graph& graph);
 
