@@ -1,5 +1,6 @@
-// kiln opt MODEL: runs the model-level pass pipeline and reports what each pass changed, the memory-bound
-// kernels before and after fusion and the bytes they move; optionally writes the optimized graph.
+// kiln opt MODEL: runs the model-level pass pipeline and reports what each pass changed and found (by pattern),
+// the work it moved into the load-time stage, the per-step stage, the memory-bound kernels before and after
+// fusion and the bytes they move, and the views that still copy; optionally writes the optimized graph.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -144,7 +145,8 @@ int run_opt(const OptArgs& args) {
 }  // namespace
 
 void add_opt_command(CLI::App& app, int* exit_code) {
-  auto* cmd = app.add_subcommand("opt", "Run the model-level passes: decompose, CSE, DCE, row fusion; report");
+  auto* cmd = app.add_subcommand("opt", "Run the model-level passes (GEMM merging, scale packing, decomposition, CSE/DCE, row fusion, epilogues, "
+      "view canonicalization); report what each found, the load-time and per-step stages, kernels and bytes");
   auto args = std::make_shared<OptArgs>();
   cmd->add_option("MODEL", args->model, "zoo:NAME[:key=value,...] or a .json/.kiln graph file")->required();
   cmd->add_option("--disable", args->disable, "pass names to skip (repeatable)")->delimiter(',');
