@@ -23,6 +23,7 @@ namespace {
 struct OptArgs {
   std::string model;
   std::vector<std::string> disable;
+  std::vector<std::string> only;  // --passes: run just these (in pipeline order)
   std::string output;
   bool print = false;
   bool as_json = false;
@@ -70,6 +71,20 @@ int run_opt(const OptArgs& args) {
   if (!graph.ok()) return report_error(graph.error());
   passes::PipelineOptions options;
   options.disabled.insert(args.disable.begin(), args.disable.end());
+  if (!args.only.empty()) {
+    const std::vector<std::string> all = passes::pipeline_pass_names();
+    for (const std::string& name : args.only) {
+      if (std::find(all.begin(), all.end(), name) == all.end()) {
+        std::string known;
+        for (const std::string& n : all) known += (known.empty() ? "" : ", ") + n;
+        return report_error(
+            make_error(ErrorCode::invalid_argument, "unknown pass '" + name + "' in --passes (passes: " + known + ")"));
+      }
+    }
+    for (const std::string& name : all) {
+      if (std::find(args.only.begin(), args.only.end(), name) == args.only.end()) options.disabled.insert(name);
+    }
+  }
   auto result = passes::run_pipeline(*graph, options);
   if (!result.ok()) return report_error(result.error());
   const passes::KernelSummary k = passes::summarize_memory_bound_kernels(*graph, result->graph);
@@ -150,6 +165,7 @@ void add_opt_command(CLI::App& app, int* exit_code) {
   auto args = std::make_shared<OptArgs>();
   cmd->add_option("MODEL", args->model, "zoo:NAME[:key=value,...] or a .json/.kiln graph file")->required();
   cmd->add_option("--disable", args->disable, "pass names to skip (repeatable)")->delimiter(',');
+  cmd->add_option("--passes", args->only, "run only these passes, in pipeline order (comma-separated)")->delimiter(',');
   cmd->add_option("-o,--output", args->output, "write the optimized graph (.json, else text)");
   cmd->add_flag("--print", args->print, "print the optimized graph in text form");
   cmd->add_flag("--json", args->as_json, "print the report as JSON");

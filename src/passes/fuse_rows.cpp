@@ -272,6 +272,7 @@ PassResult fuse_row_groups(const Graph& graph, const FuseOptions& options) {
 }
 
 std::string describe_group_pattern(const Graph& graph, const std::vector<NodeId>& members) {
+  if (members.empty()) return "empty";
   std::vector<std::pair<std::string, int>> shaping;  // token, run length
   int elementwise = 0, views = 0;
   for (NodeId m : members) {
@@ -312,17 +313,20 @@ std::string describe_group_pattern(const Graph& graph, const std::vector<NodeId>
   const std::set<NodeId> in_group(members.begin(), members.end());
   std::set<ValueId> outputs;
   for (const GraphOutput& o : graph.outputs()) outputs.insert(o.value);
-  int writes = 0;
+  std::set<ValueId> produced, escaping;
   for (NodeId m : members) {
     for (ValueId v : graph.node(m).outputs) {
-      bool escapes = outputs.count(v) > 0;
-      for (NodeId id = m + 1; !escapes && id < static_cast<NodeId>(graph.nodes().size()); ++id) {
-        if (in_group.count(id)) continue;
-        for (ValueId in : graph.node(id).inputs) escapes = escapes || in == v;
-      }
-      writes += escapes;
+      produced.insert(v);
+      if (outputs.count(v)) escaping.insert(v);
     }
   }
+  for (NodeId id = *std::min_element(members.begin(), members.end()) + 1; id < static_cast<NodeId>(graph.nodes().size()); ++id) {
+    if (in_group.count(id)) continue;
+    for (ValueId in : graph.node(id).inputs) {
+      if (produced.count(in)) escaping.insert(in);
+    }
+  }
+  const int writes = static_cast<int>(escaping.size());
   rest += fmt::format("{}writes {}", rest.empty() ? "" : "; ", writes);
   return out + " (" + rest + ")";
 }

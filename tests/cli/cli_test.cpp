@@ -63,6 +63,13 @@ TEST(Cli, OptReportsFindingsAndLoadTimeWork) {
                                "views that still copy: 0"}) {
     EXPECT_NE(r.out.find(expected), std::string::npos) << expected << "\n" << r.out;
   }
+  auto only = run_kiln("opt zoo:flux1-double-block:dtype=fp8,fp8_scaling=block --passes pack-scales");
+  ASSERT_EQ(only.exit_code, 0) << only.out;
+  EXPECT_NE(only.out.find("pack-scales"), std::string::npos);
+  EXPECT_EQ(only.out.find("fuse-rows"), std::string::npos) << only.out;
+  auto bad = run_kiln("opt zoo:flux1-double-block --passes fuse-everything");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.out.find("unknown pass 'fuse-everything'"), std::string::npos) << bad.out;
   auto j = run_kiln("opt zoo:flux1-double-block:dtype=fp8,fp8_scaling=block --json");
   ASSERT_EQ(j.exit_code, 0) << j.out;
   EXPECT_NE(j.out.find("\"hoisted_to_load_time\""), std::string::npos);
