@@ -35,8 +35,8 @@ namespace kiln {
   X(matmul) X(linear) X(scaled_linear) X(attention)                                                      \
   /* data movement (ops/view.cpp) */                                                                     \
   X(reshape) X(transpose) X(broadcast) X(concat) X(split) X(slice) X(gather)                             \
-  /* FP8 quantization with scales (ops/quant.cpp) */                                                     \
-  X(quantize) X(dequantize)
+  /* FP8 quantization with scales; weight-scale packing into a GEMM's layout (ops/quant.cpp) */          \
+  X(quantize) X(dequantize) X(pack_scales)
 // clang-format on
 
 enum class Op : uint16_t {

@@ -11,7 +11,7 @@ namespace kiln::passes {
 PassResult eliminate_common_subexpressions(const Graph& graph) {
   using Key = std::tuple<Op, std::vector<ValueId>, Attrs>;
   std::map<Key, NodeId> seen;  // key over *target* input ids -> first source node with that key
-  PassReport report{"cse", false, static_cast<int>(graph.nodes().size()), 0, {}};
+  PassReport report{"cse", false, static_cast<int>(graph.nodes().size()), 0, {}, {}};
   GraphCopier copier(graph);
   for (NodeId id = 0; id < static_cast<NodeId>(graph.nodes().size()); ++id) {
     const Node& node = graph.node(id);
@@ -30,6 +30,7 @@ PassResult eliminate_common_subexpressions(const Graph& graph) {
     for (size_t i = 0; i < node.outputs.size(); ++i) copier.set_map(node.outputs[i], copier.map(first.outputs[i]));
     report.changed = true;
     report.notes.push_back(graph.node_label(id) + " is " + graph.node_label(it->second));
+    ++report.found["repeated " + std::string(op_name(node.op))];
   }
   Graph out = copier.finish();
   report.nodes_after = static_cast<int>(out.nodes().size());

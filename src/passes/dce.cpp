@@ -15,7 +15,7 @@ PassResult eliminate_dead_code(const Graph& graph) {
     if (!live_node[id]) continue;
     for (ValueId v : node.inputs) live_value[v] = true;
   }
-  PassReport report{"dce", false, static_cast<int>(graph.nodes().size()), 0, {}};
+  PassReport report{"dce", false, static_cast<int>(graph.nodes().size()), 0, {}, {}};
   GraphCopier copier(graph);
   for (NodeId id = 0; id < static_cast<NodeId>(graph.nodes().size()); ++id) {
     if (live_node[id]) {
@@ -23,6 +23,7 @@ PassResult eliminate_dead_code(const Graph& graph) {
     } else {
       report.changed = true;
       report.notes.push_back("removed " + graph.node_label(id));
+      ++report.found["dead " + std::string(op_name(graph.node(id).op))];
     }
   }
   Graph out = copier.finish();

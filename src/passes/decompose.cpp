@@ -214,7 +214,7 @@ Rule rule_for(Op op) {
 }  // namespace
 
 PassResult decompose_composites(const Graph& graph) {
-  PassReport report{"decompose", false, static_cast<int>(graph.nodes().size()), 0, {}};
+  PassReport report{"decompose", false, static_cast<int>(graph.nodes().size()), 0, {}, {}};
   GraphCopier copier(graph);
   std::map<std::string, int> counts;
   for (NodeId id = 0; id < static_cast<NodeId>(graph.nodes().size()); ++id) {
@@ -228,7 +228,8 @@ PassResult decompose_composites(const Graph& graph) {
       Emitter emitter(copier.target(), names[0]);
       if (rule(emitter, node, in, names)) {
         for (ValueId v : node.outputs) copier.set_map(v, *copier.target().find_value(graph.value(v).name));
-        ++counts[std::string(op_name(node.op))];
+        ++counts[std::string(op_name(node.op)) +
+                 (op_has_trait(node.op, kTraitMatmul) ? " bias split off" : "")];
         report.changed = true;
         continue;
       }
@@ -237,6 +238,7 @@ PassResult decompose_composites(const Graph& graph) {
     copier.copy_node(id);
   }
   for (const auto& [op, n] : counts) report.notes.push_back(fmt::format("decomposed {} x {}", n, op));
+  report.found = counts;
   Graph out = copier.finish();
   report.nodes_after = static_cast<int>(out.nodes().size());
   return {std::move(out), std::move(report)};

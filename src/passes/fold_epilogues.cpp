@@ -19,7 +19,7 @@ struct Fold {
 }  // namespace
 
 PassResult fold_gemm_epilogues(const Graph& graph) {
-  PassReport report{"fold-epilogues", false, static_cast<int>(graph.nodes().size()), 0, {}};
+  PassReport report{"fold-epilogues", false, static_cast<int>(graph.nodes().size()), 0, {}, {}};
   std::vector<std::vector<NodeId>> readers(graph.values().size());
   for (NodeId id = 0; id < static_cast<NodeId>(graph.nodes().size()); ++id) {
     for (ValueId v : graph.node(id).inputs) readers[v].push_back(id);
@@ -84,6 +84,7 @@ PassResult fold_gemm_epilogues(const Graph& graph) {
       KILN_CHECK(out.ok());
       copier.set_map(last, (*out)[0]);
       report.changed = true;
+      ++report.found[fmt::format("{} + bias{} epilogue", op_name(gemm.op), f.gelu >= 0 ? " + GELU" : "")];
       report.notes.push_back(fmt::format("{} takes its bias{} as an epilogue", graph.node_label(f.gemm),
                                          f.gelu >= 0 ? " and GELU" : ""));
       continue;

@@ -75,6 +75,7 @@ class RowFuser {
       if (m.size() > 1) {
         ++groups;
         fused_nodes += static_cast<int>(m.size());
+        ++report.found[describe_group_pattern(g_, m)];
       }
     }
     report.changed = groups > 0;
@@ -263,11 +264,71 @@ class RowFuser {
 
 PassResult fuse_row_groups(const Graph& graph, const FuseOptions& options) {
   PassReport report{"fuse-rows", false, static_cast<int>(graph.nodes().size()),
-                    static_cast<int>(graph.nodes().size()), {}};
+                    static_cast<int>(graph.nodes().size()), {}, {}};
   RowFuser fuser(graph, options);
   fuser.run();
   Graph out = fuser.annotated(report);
   return {std::move(out), std::move(report)};
+}
+
+std::string describe_group_pattern(const Graph& graph, const std::vector<NodeId>& members) {
+  if (members.empty()) return "empty";
+  std::vector<std::pair<std::string, int>> shaping;  // token, run length
+  int elementwise = 0, views = 0;
+  for (NodeId m : members) {
+    const Node& n = graph.node(m);
+    std::string token;
+    const bool to_fp8 = n.op == Op::cast && (graph.value(n.outputs[0]).type.dtype == DType::f8e4m3 ||
+                                            graph.value(n.outputs[0]).type.dtype == DType::f8e5m2);
+    if (op_has_trait(n.op, kTraitReduction) || op_has_trait(n.op, kTraitTranscendental) ||
+        op_has_trait(n.op, kTraitRowwise) || op_has_trait(n.op, kTraitQuantize)) {
+      token = std::string(op_name(n.op));
+    } else if (to_fp8) {
+      token = "cast " + std::string(dtype_name(graph.value(n.outputs[0]).type.dtype));
+    } else if (op_has_trait(n.op, kTraitView)) {
+      ++views;
+    } else {
+      ++elementwise;
+    }
+    if (token.empty()) continue;
+    if (!shaping.empty() && shaping.back().first == token) {
+      ++shaping.back().second;
+    } else {
+      shaping.emplace_back(token, 1);
+    }
+  }
+  std::string out;
+  for (const auto& [token, run] : shaping) {
+    out += (out.empty() ? "" : " -> ") + token + (run > 1 ? " x" + std::to_string(run) : "");
+  }
+  if (out.empty() && elementwise == 0) return fmt::format("views only ({})", views);
+  if (out.empty()) {
+    out = fmt::format("elementwise x{}", elementwise);
+    elementwise = 0;
+  }
+  std::string rest;
+  if (elementwise > 0) rest += fmt::format("+{} elementwise", elementwise);
+  if (views > 0) rest += fmt::format("{}{} view{}", rest.empty() ? "+" : ", ", views, views == 1 ? "" : "s");
+  // Values leaving the group: read by a node outside it or a graph output.
+  const std::set<NodeId> in_group(members.begin(), members.end());
+  std::set<ValueId> outputs;
+  for (const GraphOutput& o : graph.outputs()) outputs.insert(o.value);
+  std::set<ValueId> produced, escaping;
+  for (NodeId m : members) {
+    for (ValueId v : graph.node(m).outputs) {
+      produced.insert(v);
+      if (outputs.count(v)) escaping.insert(v);
+    }
+  }
+  for (NodeId id = *std::min_element(members.begin(), members.end()) + 1; id < static_cast<NodeId>(graph.nodes().size()); ++id) {
+    if (in_group.count(id)) continue;
+    for (ValueId in : graph.node(id).inputs) {
+      if (produced.count(in)) escaping.insert(in);
+    }
+  }
+  const int writes = static_cast<int>(escaping.size());
+  rest += fmt::format("{}writes {}", rest.empty() ? "" : "; ", writes);
+  return out + " (" + rest + ")";
 }
 
 std::vector<FusedGroup> collect_fused_groups(const Graph& graph) {
@@ -286,16 +347,36 @@ std::vector<FusedGroup> collect_fused_groups(const Graph& graph) {
   std::set<ValueId> graph_outputs;
   for (const GraphOutput& o : graph.outputs()) graph_outputs.insert(o.value);
   std::vector<FusedGroup> out;
+  // A group reads an outside value whole, unless only its slices and splits (index maps) read it: then it
+  // reads the parts they select.
+  auto is_part_view = [&](NodeId m) { return graph.node(m).op == Op::slice || graph.node(m).op == Op::split; };
   for (auto& [grp, fg] : groups) {
     std::set<ValueId> read;
+    std::map<ValueId, double> part_bytes;  // outside value -> bytes its in-group slices/splits select, or -1
     for (NodeId m : fg.members) {
       for (ValueId v : graph.node(m).inputs) {
         const NodeId p = graph.value(v).producer;
-        if ((p < 0 || graph.node(p).group != grp) && read.insert(v).second) {
-          fg.inputs.push_back(v);
-          fg.bytes += static_cast<double>(type_bytes(graph.value(v).type));
+        if (p >= 0 && graph.node(p).group == grp) continue;
+        if (read.insert(v).second) fg.inputs.push_back(v);
+        double& part = part_bytes[v];
+        if (part < 0) continue;
+        if (!is_part_view(m)) {
+          part = -1;
+          continue;
+        }
+        for (ValueId o : graph.node(m).outputs) {
+          bool used = graph_outputs.count(o) > 0;
+          for (NodeId c : consumers[o]) used = used || graph.node(c).group == grp;
+          if (used) part += static_cast<double>(type_bytes(graph.value(o).type));
         }
       }
+    }
+    for (ValueId v : fg.inputs) {
+      const double whole = static_cast<double>(type_bytes(graph.value(v).type));
+      const double part = part_bytes[v];
+      fg.bytes += part < 0 ? whole : std::min(part, whole);
+    }
+    for (NodeId m : fg.members) {
       for (ValueId v : graph.node(m).outputs) {
         bool escapes = graph_outputs.count(v) > 0;
         for (NodeId c : consumers[v]) escapes = escapes || graph.node(c).group != grp;
@@ -402,6 +483,10 @@ KernelSummary summarize_memory_bound_kernels(const Graph& original, const Graph&
     if (n.group >= 0 || free[id] || !is_memory_bound_kernel(n.op) || !served(time_after, n)) continue;
     ++s.kernels_after;
     s.bytes_after += node_cost(fused, id).bytes;
+    if (op_has_trait(n.op, kTraitView)) {
+      ++s.view_copies_after;
+      s.view_copy_bytes_after += node_cost(fused, id).bytes;
+    }
   }
   return s;
 }

@@ -34,6 +34,14 @@ struct FusedGroup {
 };
 std::vector<FusedGroup> collect_fused_groups(const Graph& graph);
 
+// A group's pattern, derived from its members' traits (no list of known fusions): the ops that shape the
+// kernel — reductions, transcendental ops, casts to FP8 — in member order, equal neighbours counted, then how
+// many plain elementwise ops and views ride along, e.g.
+//   "reduce_mean x2 -> rsqrt -> reduce_amax -> cast f8e4m3 (+16 elementwise, 5 views; writes 2)",
+// where "writes" counts the values the group leaves in memory (a gated residual + norm writes the updated
+// residual stream besides the normed rows).
+std::string describe_group_pattern(const Graph& graph, const std::vector<NodeId>& members);
+
 }  // namespace kiln::passes
 
 namespace kiln::passes {
@@ -47,6 +55,10 @@ struct KernelSummary {
   int kernels_after = 0;
   double bytes_before = 0;
   double bytes_after = 0;
+  // Of kernels_after: views that still copy (no fused group loads through them, no library op reads them as
+  // a contiguous window), and the bytes they move.
+  int view_copies_after = 0;
+  double view_copy_bytes_after = 0;
 };
 KernelSummary summarize_memory_bound_kernels(const Graph& original, const Graph& fused);
 

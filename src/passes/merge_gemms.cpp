@@ -7,8 +7,10 @@
 #include <tuple>
 #include <vector>
 
+#include "fmt/format.h"
 #include "passes/graph_copier.h"
 #include "passes/staging.h"
+#include "util/format.h"
 
 namespace kiln::passes {
 namespace {
@@ -21,6 +23,8 @@ enum class ScaleClass { none, rows, blocks };
 // One GEMM reading a shared activation. Operand ids are source values; -1 where absent.
 struct Gemm {
   NodeId node = -1;
+  double activation_bytes = 0;  // the shared operands (x, or xq and xs)
+  double own_bytes = 0;         // everything else the GEMM moves: weight, scale, bias, output
   ValueId weight = -1, bias = -1, scale = -1;
   int64_t n = 0, k = 0;  // weight [n, k]
   ScaleClass scale_class = ScaleClass::none;
@@ -50,6 +54,8 @@ std::optional<std::pair<ShareKey, Gemm>> describe_gemm(const Graph& graph, NodeI
   const size_t bias_at = activations + (node.op == Op::linear ? 1 : 2);
   if (node.inputs.size() > bias_at) gemm.bias = node.inputs[bias_at];
   std::vector<ValueId> shared(node.inputs.begin(), node.inputs.begin() + static_cast<std::ptrdiff_t>(activations));
+  for (ValueId v : shared) gemm.activation_bytes += static_cast<double>(type_bytes(graph.value(v).type));
+  gemm.own_bytes = node_cost(graph, id).bytes - gemm.activation_bytes;
   return std::make_pair(ShareKey{node.op, std::move(shared), node.attrs}, gemm);
 }
 
@@ -59,8 +65,14 @@ struct MergeGroup {
   DType weight_dtype = DType::f32;
   std::optional<DType> bias_dtype;
   bool closed = false;  // the last member ends in a partial 128-row scale block: nothing may follow it
+  double bytes = 0;     // what the merged GEMM moves: the activation once, every member's own bytes
+
+  double bytes_with(const Gemm& gemm) const {
+    return (members.empty() ? gemm.activation_bytes : bytes) + gemm.own_bytes;
+  }
 
   void add(const Graph& graph, const Gemm& gemm) {
+    bytes = bytes_with(gemm);
     if (members.empty()) weight_dtype = graph.value(gemm.weight).type.dtype;
     if (gemm.bias >= 0 && !bias_dtype) bias_dtype = graph.value(gemm.bias).type.dtype;
     closed = gemm.scale_class == ScaleClass::blocks && gemm.n % kScaleBlock != 0;
@@ -73,6 +85,10 @@ struct MergeGroup {
 // Why `gemm` may not be merged with anything: an operand that is not a load-time value would make the concat
 // run on every call (or every step).
 std::optional<std::string> operand_blocker(const Graph& graph, const std::vector<Binding>& times, const Gemm& gemm) {
+  // Packed scales (pack_scales) are laid out along N in padded rows: they no longer concatenate along N.
+  if (graph.node(gemm.node).attrs.get_string("ws_layout", "row_major") != "row_major") {
+    return std::string("its weight scales are already packed into the GEMM layout (ws_layout \"packed\")");
+  }
   for (ValueId v : {gemm.weight, gemm.bias, gemm.scale}) {
     if (v >= 0 && times[v] != Binding::weight) {
       return "its operand %" + graph.value(v).name + " is a " + binding_name(times[v]) +
@@ -83,7 +99,8 @@ std::optional<std::string> operand_blocker(const Graph& graph, const std::vector
 }
 
 // Why `gemm` may not join `group` (whose members share its activation and attributes).
-std::optional<std::string> join_blocker(const Graph& graph, const MergeGroup& group, const Gemm& gemm) {
+std::optional<std::string> join_blocker(const Graph& graph, const MergeGroup& group, const Gemm& gemm,
+                                        const MergeOptions& options) {
   const Gemm& first = group.members.front();
   const DType w_dtype = graph.value(gemm.weight).type.dtype;
   if (w_dtype != group.weight_dtype) {
@@ -99,6 +116,15 @@ std::optional<std::string> join_blocker(const Graph& graph, const MergeGroup& gr
     return std::string("its weight scales are ") +
            (gemm.scale_class == ScaleClass::blocks ? "128x128 blocks" : "per channel or per tensor") +
            ", the group's are not: block and row scales cannot be concatenated";
+  }
+  // The size rule (merge_gemms.h): the saving of one more member must stay measurable.
+  const double saving = gemm.activation_bytes + options.launch_overhead_bytes;
+  const double merged = group.bytes_with(gemm);
+  if (saving < options.min_relative_saving * merged) {
+    return fmt::format("joining would make the merged GEMM move {}, and what it saves (one read of the {} "
+                       "activation and one launch, {}) is below {}% of that",
+                       format_bytes(merged), format_bytes(gemm.activation_bytes), format_bytes(saving),
+                       100 * options.min_relative_saving);
   }
   if (group.closed) {
     return "the group's last member has N = " + std::to_string(group.members.back().n) +
@@ -239,8 +265,10 @@ std::string describe_members(const Graph& graph, const MergeGroup& group) {
 
 }  // namespace
 
-PassResult merge_parallel_gemms(const Graph& graph) {
-  PassReport report{"merge-gemms", false, static_cast<int>(graph.nodes().size()), 0, {}};
+PassResult merge_parallel_gemms(const Graph& graph) { return merge_parallel_gemms_with(graph, MergeOptions{}); }
+
+PassResult merge_parallel_gemms_with(const Graph& graph, const MergeOptions& options) {
+  PassReport report{"merge-gemms", false, static_cast<int>(graph.nodes().size()), 0, {}, {}};
   const std::vector<Binding> times = classify_binding_times(graph);
 
   // Candidates by what they share, keys in order of their first GEMM.
@@ -276,7 +304,7 @@ PassResult merge_parallel_gemms(const Graph& graph) {
       group.add(graph, remaining.front());
       std::vector<Gemm> rest;
       for (size_t i = 1; i < remaining.size(); ++i) {
-        if (auto why = join_blocker(graph, group, remaining[i])) {
+        if (auto why = join_blocker(graph, group, remaining[i], options)) {
           unmerged.emplace(remaining[i].node, *why + " (group led by " + graph.node_label(group.members[0].node) + ")");
           rest.push_back(remaining[i]);
         } else {
@@ -320,7 +348,10 @@ PassResult merge_parallel_gemms(const Graph& graph) {
     report.notes.push_back("merged " + std::to_string(group.members.size()) + " " +
                            std::string(op_name(graph.node(id).op)) + " on " +
                            value_ref(graph, graph.node(id).inputs[0]) + " into %" + merged + " (N = " +
-                           describe_sizes(group) + "): " + describe_members(graph, group));
+                           describe_sizes(group) + ", moving " + format_bytes(group.bytes) +
+                           "): " + describe_members(graph, group));
+    ++report.found[fmt::format("{} x {} (N = {})", group.members.size(), op_name(graph.node(id).op),
+                               describe_sizes(group))];
     report.changed = true;
   }
   Graph out = emitter.copier().finish();

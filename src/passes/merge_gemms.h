@@ -19,6 +19,17 @@
 //    [N_i, 1] (the same scale on every row, so exact) and join per-channel ones; 128x128 block scales
 //    [ceil(N_i/128), ceil(K/128)] concatenate when every member but the last has N_i % 128 == 0 (a partial
 //    block may only sit at the end); block and row scales never mix.
+//  - Size, from the cost model: a member joins only while what it saves stays measurable against the merged
+//    GEMM. Joining saves one read of the shared activation (its bytes) and one launch (launch_overhead_bytes:
+//    the bytes the device could have streamed while the launch, ramp-up and tail of one more kernel cost);
+//    the merged GEMM moves its activation once plus every member's weights, scales, biases and outputs. A
+//    member joins while  activation bytes + launch_overhead_bytes >= min_relative_saving x merged bytes,
+//    i.e. the merged GEMM is capped at (activation + launch) / min_relative_saving. Beyond that the saving is
+//    below the run-to-run noise of the GEMM itself (the end-to-end gate could not see it), while the merged
+//    weight is one more load-time copy of that size. With the defaults (16 MB, 1%) the cap is 1.6 GB plus 100x
+//    the activation: Q/K/V over a [4096, 3072] activation merge (its 25 MB re-read is worth 4 GB of merged
+//    GEMM), while 77 modulation heads over one [1, 3072] vector merge in groups of ~1.6 GB, not into one
+//    6.5 GB GEMM. The next member that does not fit starts the next group.
 // Candidates that share an activation but cannot merge are reported in the notes with the reason.
 //
 // Numerics: reassociating by the policy (a GPU library may tile the wider GEMM differently), but every
@@ -30,6 +41,12 @@
 
 namespace kiln::passes {
 
-PassResult merge_parallel_gemms(const Graph& graph);
+struct MergeOptions {
+  double launch_overhead_bytes = 16e6;  // ~4 us of one more kernel at ~4 TB/s HBM
+  double min_relative_saving = 0.01;    // savings below 1% of the merged GEMM are within noise
+};
+
+PassResult merge_parallel_gemms(const Graph& graph);  // with the default MergeOptions
+PassResult merge_parallel_gemms_with(const Graph& graph, const MergeOptions& options);
 
 }  // namespace kiln::passes

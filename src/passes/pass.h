@@ -1,6 +1,7 @@
 // What every pass is: a pure function from graph to graph plus a report of what it changed.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,9 @@ struct PassReport {
   int nodes_before = 0;
   int nodes_after = 0;
   std::vector<std::string> notes;  // one line per change, for `kiln opt --report`
+  // What the pass found, by pattern (derived from the graph, e.g. the op names of a fused group's members)
+  // -> how many times: the summary line `kiln opt` prints per pass.
+  std::map<std::string, int> found;
 };
 
 struct PassResult {

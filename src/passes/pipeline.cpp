@@ -1,12 +1,14 @@
 // The pipeline, as a table of contents: each line is one pass, in the order they run.
 #include "passes/pipeline.h"
 
+#include "passes/canonicalize_views.h"
 #include "passes/cse.h"
 #include "passes/dce.h"
 #include "passes/decompose.h"
 #include "passes/fold_epilogues.h"
 #include "passes/fuse_rows.h"
 #include "passes/merge_gemms.h"
+#include "passes/pack_weight_scales.h"
 #include "passes/sink_concat.h"
 
 namespace kiln::passes {
@@ -23,12 +25,14 @@ PassResult fuse_rows_default(const Graph& g) { return fuse_row_groups(g); }
 const PassEntry kPipeline[] = {
     {"cse-early", Exactness::exact, eliminate_common_subexpressions}, // one quantize per shared input
     {"merge-gemms", Exactness::reassociating, merge_parallel_gemms}, // GEMMs sharing an input become one
+    {"pack-scales", Exactness::exact, pack_weight_scales},          // FP8 weight scales into the GEMM layout
     {"sink-concat", Exactness::exact, sink_concats},                 // row ops move above joint concats
     {"decompose", Exactness::reassociating, decompose_composites},  // composites -> primitives
     {"cse", Exactness::exact, eliminate_common_subexpressions},     // structural hashing
     {"dce", Exactness::exact, eliminate_dead_code},
     {"fuse-rows", Exactness::exact, fuse_rows_default},              // annotates fused groups
     {"fold-epilogues", Exactness::reassociating, fold_gemm_epilogues}, // lone bias/GELU back to the GEMM
+    {"canonicalize-views", Exactness::exact, canonicalize_views},    // views become groups' load index maps
 };
 
 }  // namespace
@@ -49,7 +53,7 @@ Result<PipelineResult> run_pipeline(const Graph& graph, const PipelineOptions& o
       return make_error(ErrorCode::invalid_argument, "unknown pass '" + name + "' (passes: " + all + ")");
     }
   }
-  PipelineResult result{graph, {}};
+  PipelineResult result{graph, {}, measure_stage_work(graph), {}};
   for (const PassEntry& p : kPipeline) {
     if (options.disabled.count(p.name)) continue;
     PassResult step = p.run(result.graph);
@@ -59,6 +63,7 @@ Result<PipelineResult> run_pipeline(const Graph& graph, const PipelineOptions& o
     }
     result.graph = std::move(step.graph);
     result.reports.push_back(std::move(step.report));
+    result.stage_work.push_back(measure_stage_work(result.graph));
   }
   return result;
 }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "passes/pass.h"
+#include "passes/staging.h"
 
 namespace kiln::passes {
 
@@ -18,6 +19,8 @@ struct PipelineOptions {
 struct PipelineResult {
   Graph graph;
   std::vector<PassReport> reports;
+  StageWork input_work;                // of the input graph
+  std::vector<StageWork> stage_work;   // after each pass, one per report
 };
 
 // The pass names, in pipeline order.

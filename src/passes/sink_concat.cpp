@@ -59,7 +59,7 @@ bool can_sink(const Graph& g, NodeId id, size_t which, const std::vector<int>& r
 namespace {
 
 PassResult sink_once(const Graph& graph) {
-  PassReport report{"sink-concat", false, static_cast<int>(graph.nodes().size()), 0, {}};
+  PassReport report{"sink-concat", false, static_cast<int>(graph.nodes().size()), 0, {}, {}};
   std::vector<int> readers(graph.values().size(), 0);
   for (const Node& n : graph.nodes()) {
     for (ValueId v : n.inputs) ++readers[v];
@@ -115,6 +115,7 @@ PassResult sink_once(const Graph& graph) {
     report.changed = true;
     report.notes.push_back(fmt::format("sank the concat of {} below {}", graph.value(n.inputs[which]).name,
                                        graph.node_label(id)));
+    ++report.found[fmt::format("concat sunk below {}", op_name(n.op))];
   }
   Graph result = copier.finish();
   report.nodes_after = static_cast<int>(result.nodes().size());
@@ -133,6 +134,7 @@ PassResult sink_concats(const Graph& graph) {
     if (!next.report.changed) break;
     result.graph = std::move(next.graph);
     result.report.notes.insert(result.report.notes.end(), next.report.notes.begin(), next.report.notes.end());
+    for (const auto& [pattern, n] : next.report.found) result.report.found[pattern] += n;
   }
   result.report.nodes_before = static_cast<int>(graph.nodes().size());
   result.report.nodes_after = static_cast<int>(result.graph.nodes().size());

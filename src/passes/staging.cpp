@@ -108,4 +108,18 @@ StagedGraph split_stages(const Graph& graph) {
   return staged;
 }
 
+StageWork measure_stage_work(const Graph& graph) {
+  const std::vector<Binding> time = classify_binding_times(graph);
+  StageWork work;
+  for (NodeId id = 0; id < static_cast<NodeId>(graph.nodes().size()); ++id) {
+    const Node& node = graph.node(id);
+    const Binding b = node.outputs.empty() ? Binding::weight : time[node.outputs[0]];
+    ++work.nodes[static_cast<int>(b)];
+    work.bytes[static_cast<int>(b)] += node_cost(graph, id).bytes;
+    if (b == Binding::weight) ++work.load_ops[std::string(op_name(node.op))];
+    if (b == Binding::per_step) ++work.step_ops[std::string(op_name(node.op))];
+  }
+  return work;
+}
+
 }  // namespace kiln::passes

@@ -7,6 +7,8 @@
 // stage's binding. Exact: the three stages run in order compute the same bits as the original graph.
 #pragma once
 
+#include <map>
+#include <string>
 #include <vector>
 
 #include "passes/pass.h"
@@ -25,5 +27,16 @@ struct StagedGraph {
 };
 
 StagedGraph split_stages(const Graph& graph);
+
+// The work each stage does, indexed by Binding: node count and the bytes those nodes move (cost model), plus
+// the load-time nodes by op name. `kiln opt` compares it before and after each pass to show what moved to
+// load time.
+struct StageWork {
+  int nodes[3] = {0, 0, 0};
+  double bytes[3] = {0, 0, 0};
+  std::map<std::string, int> load_ops;
+  std::map<std::string, int> step_ops;  // per-step nodes by op name
+};
+StageWork measure_stage_work(const Graph& graph);
 
 }  // namespace kiln::passes

@@ -52,6 +52,30 @@ TEST(Cli, HelpAndVersion) {
   EXPECT_EQ(run_kiln("--version").exit_code, 0);
 }
 
+// kiln opt lists what each pass found by pattern and what moved to the load-time stage (FP8 weight-scale
+// packing among it).
+TEST(Cli, OptReportsFindingsAndLoadTimeWork) {
+  auto r = run_kiln("opt zoo:flux1-double-block:dtype=fp8,fp8_scaling=block");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  for (const char* expected : {"found 9: pack_scales mn_major ×9", "load-time stage: +9 nodes",
+                               "hoisted to load time: ", "pack_scales ×9", "reduce_amax -> cast f8e4m3",
+                               "scaled_linear + bias epilogue", "memory-bound kernels per call: ",
+                               "views that still copy: 0"}) {
+    EXPECT_NE(r.out.find(expected), std::string::npos) << expected << "\n" << r.out;
+  }
+  auto only = run_kiln("opt zoo:flux1-double-block:dtype=fp8,fp8_scaling=block --passes pack-scales");
+  ASSERT_EQ(only.exit_code, 0) << only.out;
+  EXPECT_NE(only.out.find("pack-scales"), std::string::npos);
+  EXPECT_EQ(only.out.find("fuse-rows"), std::string::npos) << only.out;
+  auto bad = run_kiln("opt zoo:flux1-double-block --passes fuse-everything");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.out.find("unknown pass 'fuse-everything'"), std::string::npos) << bad.out;
+  auto j = run_kiln("opt zoo:flux1-double-block:dtype=fp8,fp8_scaling=block --json");
+  ASSERT_EQ(j.exit_code, 0) << j.out;
+  EXPECT_NE(j.out.find("\"hoisted_to_load_time\""), std::string::npos);
+  EXPECT_NE(j.out.find("\"found\""), std::string::npos);
+}
+
 TEST(Cli, ShowReportsFluxParameters) {
   auto r = run_kiln("show zoo:flux1-dev --json");
   ASSERT_EQ(r.exit_code, 0) << r.out;

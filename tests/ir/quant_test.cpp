@@ -314,5 +314,85 @@ TEST(Quant, TraitsAndCost) {
   EXPECT_EQ(cost.flops, 4 * 512);
 }
 
+// ---- pack_scales: checkpoint layout -> the layout the GEMM reads ----
+
+TEST(PackScales, Shapes) {
+  auto shape_of = [](TensorType in, const char* layout) {
+    auto r = infer(Op::pack_scales, {in}, {{"layout", std::string(layout)}});
+    EXPECT_TRUE(r.ok()) << r.error().message;
+    return r.ok() ? (*r)[0] : TensorType{};
+  };
+  EXPECT_EQ(shape_of(type(DType::f32, {6, 1}), "vector"), type(DType::f32, {6}));
+  EXPECT_EQ(shape_of(type(DType::bf16, {6}), "vector"), type(DType::f32, {6}));
+  EXPECT_EQ(shape_of(type(DType::f32, {3, 2}), "mn_major"), type(DType::f32, {2, 4}));  // 3 N-blocks padded to 4
+  EXPECT_EQ(shape_of(type(DType::f32, {4, 5}), "mn_major"), type(DType::f32, {5, 4}));
+  EXPECT_EQ(shape_of(type(DType::f32, {5, 1}), "mn_major"), type(DType::f32, {1, 8}));
+  EXPECT_TRUE(fails_with(infer(Op::pack_scales, {type(DType::f32, {6, 2})}, {{"layout", std::string("vector")}}),
+                         ErrorCode::shape_error, "needs per-channel scales [N, 1] or [N]"));
+  EXPECT_TRUE(fails_with(infer(Op::pack_scales, {type(DType::f32, {6})}, {{"layout", std::string("mn_major")}}),
+                         ErrorCode::shape_error, "needs a block grid [N/128, K/128]"));
+  EXPECT_TRUE(fails_with(infer(Op::pack_scales, {type(DType::f32, {6, 1})}, {{"layout", std::string("rows")}}),
+                         ErrorCode::invalid_argument, "must be \"vector\" or \"mn_major\""));
+  EXPECT_TRUE(fails_with(infer(Op::pack_scales, {type(DType::i32, {6, 1})}, {{"layout", std::string("vector")}}),
+                         ErrorCode::shape_error, "needs floating scales"));
+  EXPECT_FALSE(infer(Op::pack_scales, {type(DType::f32, {6, 1})}, {}).ok());  // layout is required
+}
+
+TEST(PackScales, MnMajorTransposesAndZeroPads) {
+  const Tensor s = f32({3, 2}, {1, 2, 3, 4, 5, 6});  // [n][k]
+  const Tensor p = run1(Op::pack_scales, {s}, {{"layout", std::string("mn_major")}});
+  ASSERT_EQ(p.shape(), (Shape{2, 4}));
+  const std::vector<double> expected = {1, 3, 5, 0, 2, 4, 6, 0};  // [k][n], n padded to 4
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(p.get(i), expected[i]) << i;
+  const Tensor v = run1(Op::pack_scales, {f32({3, 1}, {0.5, -0.25, 3})}, {{"layout", std::string("vector")}});
+  ASSERT_EQ(v.shape(), Shape{3});
+  EXPECT_EQ(v.get(0), 0.5);
+  EXPECT_EQ(v.get(1), -0.25);
+  EXPECT_EQ(v.get(2), 3.0);
+}
+
+// A GEMM reading packed scales (ws_layout "packed") computes the same bits as one reading the checkpoint
+// layout, per channel and for ragged 128x128 blocks (N = 300: 3 N-blocks, padded to 4; K = 260: 3 K-blocks).
+TEST(PackScales, PackedGemmMatchesRowMajorGemm) {
+  std::mt19937 rng(11);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  auto random = [&](DType dtype, Shape shape, double scale_floor = 0.0) {
+    Tensor t(dtype, std::move(shape));
+    for (int64_t i = 0; i < t.numel(); ++i) t.set(i, scale_floor > 0 ? scale_floor + std::fabs(normal(rng)) : normal(rng));
+    return t;
+  };
+  const int64_t m = 3, n = 300, k = 260;
+  const Tensor xq = random(DType::f8e4m3, {m, k});
+  const Tensor xs = random(DType::f32, {m, 3}, 0.01);  // 1x128 activation blocks
+  const Tensor wq = random(DType::f8e4m3, {n, k});
+  struct Case {
+    const char* layout;
+    Tensor ws;
+  };
+  const Case cases[] = {{"mn_major", random(DType::f32, {3, 3}, 0.01)}, {"vector", random(DType::f32, {n, 1}, 0.01)}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.layout);
+    // Per-channel weight scales pair with per-token activation scales.
+    const Tensor x_scale = std::string(c.layout) == "vector" ? random(DType::f32, {m, 1}, 0.01) : xs;
+    const Tensor reference = run1(Op::scaled_linear, {xq, x_scale, wq, c.ws}, {{"out_dtype", std::string("f32")}});
+    const Tensor packed = run1(Op::pack_scales, {c.ws}, {{"layout", std::string(c.layout)}});
+    const Tensor y = run1(Op::scaled_linear, {xq, x_scale, wq, packed},
+                          {{"out_dtype", std::string("f32")}, {"ws_layout", std::string("packed")}});
+    EXPECT_TRUE(reference.bitwise_equal(y));
+    // The checkpoint layout is not accepted as packed, nor the packed one as row-major.
+    EXPECT_FALSE(infer(Op::scaled_linear, {type(DType::f8e4m3, {m, k}), type(DType::f32, x_scale.shape()),
+                                           type(DType::f8e4m3, {n, k}), type(DType::f32, c.ws.shape())},
+                       {{"ws_layout", std::string("packed")}})
+                     .ok());
+    EXPECT_FALSE(infer(Op::scaled_linear, {type(DType::f8e4m3, {m, k}), type(DType::f32, x_scale.shape()),
+                                           type(DType::f8e4m3, {n, k}), type(DType::f32, packed.shape())})
+                     .ok());
+  }
+  EXPECT_TRUE(fails_with(infer(Op::scaled_linear, {type(DType::f8e4m3, {m, k}), type(DType::f32, {m, 1}),
+                                                   type(DType::f8e4m3, {n, k}), type(DType::f32, {n, 1})},
+                               {{"ws_layout", std::string("blocked")}}),
+                         ErrorCode::invalid_argument, "ws_layout"));
+}
+
 }  // namespace
 }  // namespace kiln

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "models/weights.h"
 #include "models/zoo.h"
 #include "pass_test_util.h"
@@ -39,6 +41,10 @@ TEST(PassFuseRows, GatedResidualAndRmsNormBecomeOneGroup) {
       output y = %y
     })");
   EXPECT_TRUE(r.changed);
+  // What the report lists, derived from the members: one reduction, one transcendental, four plain ops.
+  ASSERT_EQ(r.found.size(), 1u);
+  EXPECT_EQ(r.found.begin()->first, "reduce_mean -> rsqrt (+4 elementwise; writes 2)");
+  EXPECT_EQ(r.found.begin()->second, 1);
 }
 
 TEST(PassFuseRows, LibraryOpsCyclesStagesAndMisalignedRowsSplitGroups) {
@@ -71,7 +77,8 @@ TEST(PassFuseRows, LibraryOpsCyclesStagesAndMisalignedRowsSplitGroups) {
 // the unfused graph (decompose reassociates: f32 intermediates instead of one rounding per composite).
 TEST(PassFuseRows, ZooTinyModelsKeepTheirOutputs) {
   for (const models::ZooEntry& e : models::zoo_models()) {
-    for (const std::string spec : {e.name + ":tiny", e.name + ":tiny,dtype=fp8,fp8_scaling=channel"}) {
+    for (const std::string& spec : {e.name + ":tiny", e.name + ":tiny,dtype=fp8,fp8_scaling=channel",
+                                    e.name + ":tiny,dtype=fp8,fp8_scaling=block"}) {
       SCOPED_TRACE(spec);
       auto g = models::build_zoo_model(spec);
       ASSERT_TRUE(g.ok()) << g.error().message;
@@ -132,6 +139,40 @@ TEST(PassFuseRows, KnownFusionsAppearAtRealSize) {
   const Graph flux2 = fused("flux2-dev:double_blocks=1,single_blocks=1,dtype=fp8,fp8_scaling=block");
   // SwiGLU + FP8 quantization.
   EXPECT_TRUE(find_group(flux2, {Op::silu, Op::reduce_amax}));
+}
+
+// Bias adds are absorbed at real size: every add of a bias weight to a GEMM output either sits in a fused group
+// with other work or went back into the GEMM as its epilogue; none is a kernel of its own.
+TEST(PassFuseRows, BiasAddsAreAbsorbedAtRealSize) {
+  for (const char* spec : {"flux1-dev", "flux1-dev:dtype=fp8"}) {
+    SCOPED_TRACE(spec);
+    auto g = models::build_zoo_model(spec);
+    ASSERT_TRUE(g.ok());
+    auto opt = passes::run_pipeline(*g);
+    ASSERT_TRUE(opt.ok()) << opt.error().message;
+    const Graph& f = opt->graph;
+    std::map<int32_t, int> group_size;
+    for (const Node& n : f.nodes()) {
+      if (n.group >= 0 && !op_has_trait(n.op, kTraitView)) ++group_size[n.group];
+    }
+    int in_groups = 0, epilogues = 0;
+    for (const Node& n : f.nodes()) {
+      if (op_has_trait(n.op, kTraitMatmul) && n.inputs.size() == (n.op == Op::linear ? 3u : 5u)) ++epilogues;
+      if (n.op != Op::add) continue;
+      bool gemm_operand = false, bias_operand = false;
+      for (ValueId v : n.inputs) {
+        const NodeId p = f.value(v).producer;
+        gemm_operand = gemm_operand || (p >= 0 && op_has_trait(f.node(p).op, kTraitMatmul));
+        bias_operand = bias_operand || (f.value(v).type.shape.size() == 1 && f.is_graph_input(v));
+      }
+      if (!gemm_operand || !bias_operand) continue;
+      EXPECT_GE(n.group, 0) << f.node_label(static_cast<NodeId>(&n - f.nodes().data()));
+      EXPECT_GT(group_size[n.group], 1) << f.node_label(static_cast<NodeId>(&n - f.nodes().data()));
+      ++in_groups;
+    }
+    EXPECT_GT(in_groups, 100);
+    EXPECT_GT(epilogues, 50);
+  }
 }
 
 }  // namespace

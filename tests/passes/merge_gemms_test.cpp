@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 
 #include "models/weights.h"
@@ -386,11 +387,62 @@ TEST(PassMergeGemms, MergedWeightsAreLoadTimeValues) {
   for (const Node& node : staged.per_call.nodes()) EXPECT_NE(node.op, Op::concat);
 }
 
+// ---- the size rule ----
+
+// x [1, 8] f32 (32 B) and three heads w [16, 8] (512 B + 64 B of output each). With no launch credit and a
+// 2% threshold the merged GEMM may move at most 32 / 0.02 = 1600 B: two heads (1184 B) merge, the third
+// (1760 B) would not, and with nothing left to pair with it stays alone.
+TEST(PassMergeGemms, SizeRuleCapsTheMergedGemm) {
+  const Graph g = testing::parse_or_die(R"(graph g {
+      input %x: f32[1,8] per_call
+      input %w1: f32[16,8] weight
+      input %w2: f32[16,8] weight
+      input %w3: f32[16,8] weight
+      %y1: f32[1,16] = linear(%x, %w1)
+      %y2: f32[1,16] = linear(%x, %w2)
+      %y3: f32[1,16] = linear(%x, %w3)
+      output y1 = %y1
+      output y2 = %y2
+      output y3 = %y3
+    })");
+  const passes::PassResult capped = passes::merge_parallel_gemms_with(g, {0.0, 0.02});
+  EXPECT_EQ(merged_groups(capped.report), 1);
+  EXPECT_TRUE(has_note(capped.report, "merged 2 linear")) << all_notes(capped.report);
+  EXPECT_TRUE(has_note(capped.report, "not merged: node %y3 (linear)")) << all_notes(capped.report);
+  EXPECT_TRUE(has_note(capped.report, "below 2% of that")) << all_notes(capped.report);
+  testing::expect_bit_identical(g, capped.graph);
+  // A launch credit of 32 B doubles the cap: all three merge. A 3% threshold (cap 1067 B) merges none.
+  EXPECT_TRUE(has_note(passes::merge_parallel_gemms_with(g, {32.0, 0.02}).report, "merged 3 linear"));
+  EXPECT_FALSE(passes::merge_parallel_gemms_with(g, {0.0, 0.03}).report.changed);
+  // The defaults merge everything this small.
+  EXPECT_TRUE(has_note(passes::merge_parallel_gemms(g).report, "merged 3 linear"));
+}
+
+// Under the default rule no merged GEMM moves more than the cap, and FLUX.1's image and text modulation heads
+// of a block still share one GEMM.
+TEST(PassMergeGemmsZoo, RealSizeMergesStayUnderTheCap) {
+  auto built = models::build_zoo_model("flux1-dev");
+  ASSERT_TRUE(built.ok());
+  const passes::PassResult r = passes::merge_parallel_gemms(*built);
+  const passes::MergeOptions defaults;
+  for (const Node& n : r.graph.nodes()) {
+    if (n.op != Op::linear) continue;
+    const double activation = static_cast<double>(type_bytes(r.graph.value(n.inputs[0]).type));
+    const double cap = (activation + defaults.launch_overhead_bytes) / defaults.min_relative_saving;
+    EXPECT_LE(node_cost(r.graph, static_cast<NodeId>(&n - r.graph.nodes().data())).bytes, cap);
+  }
+  auto producer_of = [&](const char* name) {
+    return r.graph.value(*r.graph.find_value(name)).producer;
+  };
+  EXPECT_EQ(producer_of("double_blocks.0.img_mod.lin/linear"), producer_of("double_blocks.0.txt_mod.lin/linear"));
+}
+
 // ---- zoo models ----
 
 struct ZooCase {
   const char* spec;
-  std::vector<int> group_sizes;  // members of each merged group, in graph order
+  std::vector<int> group_sizes;  // members of each merged group, in graph order (sorted when any_order)
+  bool any_order = false;
 };
 
 int gemm_count(const Graph& graph) {
@@ -415,6 +467,7 @@ void check_zoo_merge(const ZooCase& c, bool execute) {
     sizes.push_back(std::stoi(note.substr(7)));
     folded += sizes.back() - 1;
   }
+  if (c.any_order) std::sort(sizes.begin(), sizes.end());
   EXPECT_EQ(sizes, c.group_sizes) << all_notes(r.report);
   EXPECT_EQ(gemm_count(r.graph), gemm_count(base) - folded);
   const passes::PassResult again = passes::merge_parallel_gemms(r.graph);
@@ -458,12 +511,15 @@ TEST(PassMergeGemmsZoo, FluxTinyBitIdentical) {
   check_zoo_merge({"flux1-dev:tiny,dtype=fp8", {3}}, true);  // the final layer's head stays bf16
 }
 
+// At real sizes the size rule splits the 77 FLUX.1 / 121 Qwen-Image modulation heads on one [1, 3072] vector
+// into merges of at most ~1.6 GB (14 heads of 113 MB; 28 single-block heads of 57 MB), in graph order.
 TEST(PassMergeGemmsZoo, RealSizeGraphsRewriteAndVerify) {
-  check_zoo_merge({"flux1-dev", {19 * 2 + 38 + 1}}, false);
+  check_zoo_merge({"flux1-dev", {14, 14, 18, 28, 3}}, false);
   check_zoo_merge({"flux2-dev", {4}}, false);
-  std::vector<int> qwen = {60 * 2 + 1};
-  for (int i = 0; i < 60 * 2; ++i) qwen.push_back(3);
-  check_zoo_merge({"qwen-image", qwen}, false);
+  std::vector<int> qwen(60 * 2, 3);
+  qwen.push_back(9);
+  for (int i = 0; i < 8; ++i) qwen.push_back(14);
+  check_zoo_merge({"qwen-image", qwen, true}, false);
   std::vector<int> llama;
   for (int i = 0; i < 32; ++i) llama.insert(llama.end(), {3, 2});
   check_zoo_merge({"llama3-8b:layers=32,embed=1", llama}, false);

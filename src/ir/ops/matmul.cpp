@@ -177,7 +177,8 @@ bool is_fp8(DType d) { return d == DType::f8e4m3 || d == DType::f8e5m2; }
 
 // How a scale tensor maps onto its operand [rows, K]: one value, one per row, or one per 1x128 (activation)
 // or 128x128 (weight) block. A scale with one group along K is the same under either reading.
-enum class ScaleLayout { per_tensor, per_row, blocks };
+// `blocks_mn_major` is the packed weight layout (ws_layout "packed"): the block grid transposed, rows padded.
+enum class ScaleLayout { per_tensor, per_row, blocks, blocks_mn_major };
 
 struct ScaleShapes {
   Shape per_row, blocks;
@@ -211,6 +212,30 @@ ScaleShapes w_scale_shapes(const Shape& wq) {
                      "128x128 blocks"};
 }
 
+// Weight scales as the GEMM library reads them (pack_scales output): [] per tensor, [N] per channel, or the
+// 128x128 block grid N-block-major with padded rows, [K/128, packed_scale_row(N/128)].
+ScaleShapes packed_w_scale_shapes(const Shape& wq) {
+  return ScaleShapes{{wq[0]},
+                     {ceil_div(wq[1], kScaleBlock), ops::packed_scale_row(ceil_div(wq[0], kScaleBlock))},
+                     "per-channel vector", "128x128 blocks, N-block-major, rows padded to 4"};
+}
+
+Result<bool> ws_is_packed(const Attrs& attrs) {
+  const std::string layout = attrs.get_string("ws_layout", "row_major");
+  if (layout != "row_major" && layout != "packed") {
+    return ops::attr_error("attribute 'ws_layout' of scaled_linear must be \"row_major\" or \"packed\", got \"" +
+                           layout + "\"");
+  }
+  return layout == "packed";
+}
+
+Result<ScaleLayout> w_scale_layout(const TensorType& ws, const Shape& wq, const Attrs& attrs) {
+  KILN_ASSIGN_OR_RETURN(const bool packed, ws_is_packed(attrs));
+  if (!packed) return scale_layout(ws, "ws", w_scale_shapes(wq));
+  KILN_ASSIGN_OR_RETURN(const ScaleLayout layout, scale_layout(ws, "ws (ws_layout \"packed\")", packed_w_scale_shapes(wq)));
+  return layout == ScaleLayout::blocks ? ScaleLayout::blocks_mn_major : layout;
+}
+
 Result<std::vector<TensorType>> infer_scaled_linear(const OpCall& call) {
   KILN_TRY(epilogue_is_gelu(call.attrs, "scaled_linear"));
   const TensorType& xq = call.inputs[0];
@@ -229,7 +254,7 @@ Result<std::vector<TensorType>> infer_scaled_linear(const OpCall& call) {
                        shape_to_string(wq.shape) + " (in features " + std::to_string(k) + ")");
   }
   KILN_TRY(scale_layout(xs, "xs", x_scale_shapes(xq.shape)));
-  KILN_TRY(scale_layout(ws, "ws", w_scale_shapes(wq.shape)));
+  KILN_TRY(w_scale_layout(ws, wq.shape, call.attrs));
   if (call.inputs.size() == 5) {
     const TensorType& bias = call.inputs[4];
     if (bias.shape != Shape{n} || !dtype_is_float(bias.dtype)) {
@@ -259,11 +284,16 @@ std::vector<double> dequantize_operand(const Tensor& q, const Tensor& scale, Sca
   std::vector<double> v = q.to_f64();
   const std::vector<double> s = scale.to_f64();
   const int64_t k_blocks = ceil_div(k, kScaleBlock);
+  const int64_t packed_row = ops::packed_scale_row(ceil_div(rows, block_rows));
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < k; ++c) {
-      const int64_t group = layout == ScaleLayout::per_tensor ? 0
-                            : layout == ScaleLayout::per_row  ? r
-                                                              : (r / block_rows) * k_blocks + c / kScaleBlock;
+      int64_t group = 0;
+      switch (layout) {
+        case ScaleLayout::per_tensor: group = 0; break;
+        case ScaleLayout::per_row: group = r; break;
+        case ScaleLayout::blocks: group = (r / block_rows) * k_blocks + c / kScaleBlock; break;
+        case ScaleLayout::blocks_mn_major: group = (c / kScaleBlock) * packed_row + r / block_rows; break;
+      }
       v[r * k + c] *= s[group];
     }
   }
@@ -279,7 +309,7 @@ Status reference_scaled_linear(const RefCall& call) {
   const int64_t rows = leading_rows(xq.shape()), n = wq.shape()[0], k = wq.shape()[1];
   // Inference already accepted both layouts, so these cannot fail.
   const ScaleLayout x_layout = *scale_layout({xs.dtype(), xs.shape()}, "xs", x_scale_shapes(xq.shape()));
-  const ScaleLayout w_layout = *scale_layout({ws.dtype(), ws.shape()}, "ws", w_scale_shapes(wq.shape()));
+  const ScaleLayout w_layout = *w_scale_layout({ws.dtype(), ws.shape()}, wq.shape(), call.attrs);
   return linear_f64(dequantize_operand(xq, xs, x_layout, rows, k, 1),
                     dequantize_operand(wq, ws, w_layout, n, k, kScaleBlock), bias, rows, n, k, call.outputs[0],
                     call.attrs.get_string("activation", "none") == "gelu_tanh");
@@ -287,7 +317,10 @@ Status reference_scaled_linear(const RefCall& call) {
 
 const AttrSpec kScaledLinearAttrs[] = {
     {"out_dtype", AttrKind::string, false, "output dtype, a floating dtype (default \"bf16\")"},
-    {"activation", AttrKind::string, false, "epilogue after the bias: \"none\" (default) or \"gelu_tanh\""}};
+    {"activation", AttrKind::string, false, "epilogue after the bias: \"none\" (default) or \"gelu_tanh\""},
+    {"ws_layout", AttrKind::string, false,
+     "weight scales as stored: \"row_major\" (default; [], [N,1] or [N/128,K/128]) or \"packed\" (as "
+     "pack_scales writes them: [], [N] or [K/128, N/128 padded to 4])"}};
 const AttrSpec kLinearAttrs[] = {
     {"activation", AttrKind::string, false, "epilogue after the bias: \"none\" (default) or \"gelu_tanh\""}};
 

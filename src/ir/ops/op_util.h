@@ -41,6 +41,17 @@ Status gemm_f64(bool b_transposed, int64_t m, int64_t n, int64_t k, double alpha
 }  // namespace kiln::ops
 
 namespace kiln::ops {
+// The FP8 weight-scale layout a block-scaled GEMM reads (pack_scales "mn_major", scaled_linear ws_layout
+// "packed"): the 128x128 block grid [N/128, K/128] stored N-block-major, i.e. as [K/128, N/128'] with each
+// row padded to a multiple of kPackedScaleAlign f32 values (16 bytes), the alignment TMA-fed Hopper GEMMs
+// need for every scale row. One definition, so the producer and the consumer of the layout cannot disagree.
+inline constexpr int64_t kPackedScaleAlign = 4;
+inline int64_t packed_scale_row(int64_t n_blocks) {
+  return (n_blocks + kPackedScaleAlign - 1) / kPackedScaleAlign * kPackedScaleAlign;
+}
+}  // namespace kiln::ops
+
+namespace kiln::ops {
 // Placeholder for an op whose family file is being written: inference reports it as unsupported.
 Result<std::vector<TensorType>> infer_pending(const OpCall& call);
 OpCost cost_pending(const OpCall& call, std::span<const TensorType> outputs);

@@ -7,6 +7,8 @@
 //   scale = f32(max(amax, 1e-12) / fmax)          fmax = largest finite value of the FP8 dtype
 //   q     = fp8(clamp(x / scale, -fmax, fmax))    NaN stays NaN
 //   y     = q * scale, rounded once to the output dtype.
+// pack_scales(scale) rewrites a weight's scales from the layout a checkpoint stores them in into the layout a
+// GEMM library reads (see its section below); it moves values without changing them.
 #include <algorithm>
 #include <cmath>
 
@@ -191,6 +193,57 @@ Status reference_dequantize(const RefCall& call) {
   return ok_status();
 }
 
+// ---- pack_scales(scale) -> f32 scales in the layout the GEMM reads ----
+//   "vector":   [N, 1] or [N] (one scale per output channel, as checkpoints store them) -> f32 [N], the
+//               contiguous per-channel vector an outer-vector-scaled GEMM reads.
+//   "mn_major": [N/128, K/128] (128x128 weight blocks, row-major as DeepSeek-style checkpoints store
+//               `weight_scale_inv`) -> f32 [K/128, packed_scale_row(N/128)]: out[k][n] = in[n][k], each row
+//               padded with zeros to 16 bytes (ops::kPackedScaleAlign) for the GEMM's aligned loads.
+// Per-tensor scales need no packing: a scalar is read as it is.
+
+Result<std::vector<TensorType>> infer_pack_scales(const OpCall& call) {
+  const TensorType& s = call.inputs[0];
+  if (!dtype_is_float(s.dtype)) return shape_error("pack_scales needs floating scales, got " + type_to_string(s));
+  const std::string layout = call.attrs.get_string("layout", "");
+  if (layout == "vector") {
+    if (s.shape.size() == 1 || (s.shape.size() == 2 && s.shape[1] == 1)) {
+      return std::vector<TensorType>{{DType::f32, {s.shape[0]}}};
+    }
+    return shape_error("pack_scales \"vector\" needs per-channel scales [N, 1] or [N], got " + type_to_string(s));
+  }
+  if (layout == "mn_major") {
+    if (s.shape.size() != 2) {
+      return shape_error("pack_scales \"mn_major\" needs a block grid [N/128, K/128], got " + type_to_string(s));
+    }
+    return std::vector<TensorType>{{DType::f32, {s.shape[1], ops::packed_scale_row(s.shape[0])}}};
+  }
+  return attr_error("attribute 'layout' of pack_scales must be \"vector\" or \"mn_major\", got \"" + layout + "\"");
+}
+
+OpCost cost_pack_scales(const OpCall& call, std::span<const TensorType> outputs) {
+  return ops::streaming_cost(call, outputs, 0.0);
+}
+
+Status reference_pack_scales(const RefCall& call) {
+  const Tensor& s = *call.inputs[0];
+  Tensor& out = call.outputs[0];
+  if (call.attrs.get_string("layout", "") == "vector") {
+    for (int64_t i = 0; i < s.numel(); ++i) out.set(i, s.get(i));
+    return ok_status();
+  }
+  const int64_t n_blocks = s.shape()[0], k_blocks = s.shape()[1], row = out.shape()[1];
+  for (int64_t i = 0; i < out.numel(); ++i) out.set(i, 0.0);
+  for (int64_t n = 0; n < n_blocks; ++n) {
+    for (int64_t k = 0; k < k_blocks; ++k) out.set(k * row + n, s.get(n * k_blocks + k));
+  }
+  return ok_status();
+}
+
+const AttrSpec kPackScalesAttrs[] = {
+    {"layout", AttrKind::string, true,
+     "\"vector\" ([N,1] -> f32 [N]) or \"mn_major\" ([N/128,K/128] -> f32 [K/128, N/128 padded to 4])"},
+};
+
 constexpr std::string_view kGranularityDoc =
     "\"tensor\" (one scale), \"token\" (default; one per row of the last axis) or \"block\"";
 constexpr std::string_view kBlockDoc =
@@ -231,6 +284,9 @@ const OpDef op_def_quantize{Op::quantize, "quantize", kTraitQuantize | kTraitCom
 const OpDef op_def_dequantize{Op::dequantize, "dequantize", kTraitQuantize, 2, 2, kDequantizeAttrs,
                               infer_dequantize, cost_dequantize, reference_dequantize,
                               "q * scale, with the scale layout quantize produces", independent_axes_quant};
+const OpDef op_def_pack_scales{Op::pack_scales, "pack_scales", kTraitQuantize, 1, 1, kPackScalesAttrs,
+                               infer_pack_scales, cost_pack_scales, reference_pack_scales,
+                               "weight scales from checkpoint layout into the layout the GEMM reads"};
 // clang-format on
 
 }  // namespace kiln

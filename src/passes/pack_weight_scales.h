@@ -1,0 +1,23 @@
+// Weight-scale packing: FP8 checkpoints store weight scales in their own layout (per channel [N, 1]; 128x128
+// blocks as the row-major grid [N/128, K/128]), while the GEMM library reads them in another (a contiguous
+// per-channel vector; the block grid N-block-major with 16-byte rows, see ops::kPackedScaleAlign). Where a
+// scaled_linear's weight scales are not yet in the layout the GEMM reads (ws_layout "row_major"), this pass
+// inserts one pack_scales node per distinct scale tensor and marks the GEMM ws_layout "packed".
+//
+// The one legality rule: the scales are a load-time value (binding time `weight`, passes/staging.h), so the
+// packing depends on weights only and staging moves it to the load-time stage — it runs once, never per call.
+// Scales computed per step or per call are left alone and reported. Per-tensor scales are a scalar in both
+// layouts and need nothing. Run after merge-gemms, so merged scales are concatenated in the checkpoint layout
+// and packed once.
+//
+// Exact: pack_scales moves f32 values without changing them and the GEMM reads each scale from its new
+// place, so the reference executor's outputs are bit-identical. Idempotent: packed GEMMs are skipped.
+#pragma once
+
+#include "passes/pass.h"
+
+namespace kiln::passes {
+
+PassResult pack_weight_scales(const Graph& graph);
+
+}  // namespace kiln::passes
