@@ -43,7 +43,8 @@ if [ -n "$sanitize" ] && command -v compute-sanitizer > /dev/null; then
 fi
 
 step "kiln GPU benchmarks"
-"$build/kiln-gpu-bench" --out "$out/gpu_bench.json" $quick --plan flux1-double-block --plan flux1-single-block || status=1
+"$build/kiln-gpu-bench" --out "$out/gpu_bench.json" $quick --plan flux1-double-block --plan flux1-single-block \
+  --plan flux1-double-block:dtype=fp8,fp8_scaling=tensor || status=1
 
 step "kiln run --backend cuda (tiny models against the reference)"
 for model in zoo:flux1-double-block:tiny zoo:flux1-single-block:tiny zoo:flux2-dev:tiny zoo:llama3-8b:tiny; do

@@ -262,9 +262,13 @@ class CudaBackend final : public backend::Backend {
   static Result<GemmScaling> scaling_of(std::span<const TensorType> in) {
     const Shape& xs = in[1].shape;
     const Shape& ws = in[3].shape;
+    const int64_t n = in[2].shape[0];
+    // Per-channel weight scales: [n, 1] as checkpoints hold them, or [n] once pack-scales made them the vector
+    // cuBLASLt's OUTER_VEC mode reads; the two are the same bytes.
+    const bool w_channel = (ws.size() == 2 && ws[0] == n && ws[1] == 1) || (ws.size() == 1 && ws[0] == n);
     if (xs.empty() && ws.empty()) return GemmScaling::tensor;
-    if (!xs.empty() && xs.back() == 1 && !ws.empty() && ws.back() == 1) return GemmScaling::channel;
-    if (xs.empty() && !ws.empty() && ws.back() == 1) return GemmScaling::tensor_x_channel_w;
+    if (!xs.empty() && xs.back() == 1 && w_channel) return GemmScaling::channel;
+    if (xs.empty() && w_channel) return GemmScaling::tensor_x_channel_w;
     return make_error(ErrorCode::unsupported,
                       "the CUDA backend's scaled_linear takes per-tensor or per-row/per-channel scales; 128-block "
                       "scales need their activation scales packed k-block-major for cuBLASLt first (xs " +
