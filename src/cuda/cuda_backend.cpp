@@ -211,12 +211,16 @@ class CudaBackend final : public backend::Backend {
     }
   }
 
-  Status synchronize() override { return stream_.synchronize(); }
+  // While a graph is being captured nothing runs, so there is nothing to wait for (and waiting would end
+  // the capture).
+  Status synchronize() override { return capturing_ ? ok_status() : stream_.synchronize(); }
 
   Result<std::function<Status()>> capture(const std::function<Status()>& work) override {
     KILN_TRY(synchronize());
     KILN_TRY(CapturedGraph::begin_capture(stream_.handle()));
+    capturing_ = true;
     Status recorded = work();
+    capturing_ = false;
     auto graph = CapturedGraph::end_capture(stream_.handle());  // ends the capture even when work failed
     if (!recorded.ok()) return with_context(recorded.error(), "while capturing a CUDA graph");
     if (!graph.ok()) return graph.error();
@@ -257,6 +261,29 @@ class CudaBackend final : public backend::Backend {
     KILN_TRY(op_def(op).reference(RefCall{pointers, attrs, outputs}));
     for (size_t i = 0; i < out.size(); ++i) KILN_TRY(copy_to_device(outputs[i], out[i]));
     return ok_status();
+  }
+
+  // A device vector of `m` copies of the f32 at `scalar`, by a one-line kernel (capturable: no host work).
+  Result<const void*> broadcast_scale(const void* scalar, int64_t m) {
+    if (!helpers_) {
+      static const char* kSource =
+          "extern \"C\" __global__ void kiln_broadcast(const float* s, float* out, long long n) {\n"
+          "  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)\n"
+          "    out[i] = s[0];\n}\n";
+      KILN_ASSIGN_OR_RETURN(NvrtcOutput out, nvrtc_compile(kSource, "kiln_helpers.cu", NvrtcOptions{context_.info().arch(), {}, false}));
+      KILN_ASSIGN_OR_RETURN(Module module, Module::load(out.cubin));
+      helpers_ = std::make_unique<Module>(std::move(module));
+    }
+    KILN_ASSIGN_OR_RETURN(CUfunction broadcast, helpers_->function("kiln_broadcast"));
+    auto& scratch = scale_vectors_[m];
+    if (scratch.bytes() == 0) {
+      KILN_ASSIGN_OR_RETURN(scratch, DeviceBuffer::allocate(m * 4));
+    }
+    CUdeviceptr s = reinterpret_cast<CUdeviceptr>(scalar), out = scratch.ptr();
+    long long n = m;
+    KILN_TRY(cuda::launch(broadcast, {.grid_x = static_cast<unsigned>(std::min<int64_t>(1024, (m + 255) / 256)), .block_x = 256},
+                          stream_.handle(), {&s, &out, &n}));
+    return static_cast<const void*>(scratch.data());
   }
 
   static Result<GemmScaling> scaling_of(std::span<const TensorType> in) {
@@ -319,11 +346,17 @@ class CudaBackend final : public backend::Backend {
     if (gelu && !bias)
       return make_error(ErrorCode::unsupported, "the CUDA backend's scaled_linear has GELU only with a bias");
     desc.epilogue = bias ? (gelu ? GemmEpilogue::bias_gelu : GemmEpilogue::bias) : GemmEpilogue::none;
+    const void* x_scale = in[1].data;
+    if (scaling == GemmScaling::tensor_x_channel_w) {
+      // cuBLASLt on sm_90 takes no scalar-times-vector mix: spread x's one scale over its m rows.
+      KILN_ASSIGN_OR_RETURN(x_scale, broadcast_scale(in[1].data, desc.m));
+      desc.scaling = GemmScaling::channel;
+    }
     GemmArgs args{.x = in[0].data,
                   .w = in[2].data,
                   .y = out.data,
                   .bias = bias ? in[4].data : nullptr,
-                  .x_scale = static_cast<const float*>(in[1].data),
+                  .x_scale = static_cast<const float*>(x_scale),
                   .w_scale = static_cast<const float*>(in[3].data)};
     return gemm(desc, args);
   }
@@ -351,12 +384,15 @@ class CudaBackend final : public backend::Backend {
 
   Context context_;
   Stream stream_;
+  bool capturing_ = false;
   BlasLt blas_;
   backend::DeviceInfo info_;
   std::mutex mutex_;
   std::map<void*, DeviceBuffer> buffers_;
   std::map<std::string, std::vector<char>> cubins_;
   std::map<std::string, GemmAlgorithm> algorithms_;
+  std::unique_ptr<Module> helpers_;
+  std::map<int64_t, DeviceBuffer> scale_vectors_;  // by m; one per shape is enough: GEMMs run in stream order
 #ifdef KILN_HAS_CUDNN
   struct AttentionPlan {
     CudnnAttention attention;
