@@ -16,7 +16,9 @@ namespace kiln::backend {
 namespace {
 
 bool is_library(Op op) {
-  return op_has_trait(op, kTraitMatmul) || op_has_trait(op, kTraitAttention) || op == Op::gather;
+  // pack_scales is a load-time layout change of weight scales: a host op on every backend.
+  return op_has_trait(op, kTraitMatmul) || op_has_trait(op, kTraitAttention) || op == Op::gather ||
+         op == Op::pack_scales;
 }
 
 }  // namespace

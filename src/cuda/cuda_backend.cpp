@@ -180,6 +180,7 @@ class CudaBackend final : public backend::Backend {
 #endif
       case Op::full:
       case Op::arange:
+      case Op::pack_scales:
       case Op::gather: return ok_status();  // on the host, through the reference (plans fold sources at build)
       default: break;
     }
@@ -204,6 +205,7 @@ class CudaBackend final : public backend::Backend {
       case Op::attention: return run_attention(attrs, inputs, outputs[0]);
       case Op::full:
       case Op::arange:
+      case Op::pack_scales:
       case Op::gather: return run_on_host(op, attrs, inputs, outputs);
       default:
         return make_error(ErrorCode::unsupported,

@@ -104,6 +104,10 @@ std::vector<OpCase> all_cases() {
     add(Op::scaled_linear, {{q, {3, 130}}, {DType::f32, {}}, {q, {9, 130}}, {DType::f32, {}}, {DType::bf16, {9}}});
     add(Op::scaled_linear, {{q, {2, 256}}, {DType::f32, {2, 2}}, {q, {130, 256}}, {DType::f32, {2, 2}}});
   }
+  // Weight-scale packing (a load-time op): per-channel scales to a vector, a 128x128 block grid (3 x 5) to
+  // the packed layout with padded rows.
+  add(Op::pack_scales, {{DType::f32, {9, 1}}}, {{"layout", std::string("vector")}});
+  add(Op::pack_scales, {{DType::f32, {3, 5}}}, {{"layout", std::string("mn_major")}});
   add(Op::full, {}, {{"shape", std::vector<int64_t>{2, 3}}, {"value", 0.1}, {"dtype", std::string("bf16")}});
   add(Op::arange, {}, {{"size", int64_t{7}}, {"start", 0.5}});
   return cases;

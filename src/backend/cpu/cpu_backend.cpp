@@ -228,6 +228,7 @@ class CpuBackend final : public Backend {
       case Op::scaled_linear:
       case Op::attention:
       case Op::gather:
+      case Op::pack_scales:
       case Op::full:
       case Op::arange: return ok_status();
       default: break;
@@ -276,6 +277,7 @@ class CpuBackend final : public Backend {
       case Op::matmul: return cpu::run_matmul(inputs, outputs[0]);
       case Op::attention: return cpu::run_attention(attrs, inputs, outputs[0]);
       case Op::gather:
+      case Op::pack_scales:
       case Op::full:
       case Op::arange: return reference_op(op, attrs, inputs, outputs);
       default:
