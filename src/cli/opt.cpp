@@ -24,10 +24,11 @@ struct OptArgs {
   bool print = false;
   bool as_json = false;
   int notes = 5;
+  ModelSourceOptions source;
 };
 
 int run_opt(const OptArgs& args) {
-  auto graph = load_model(args.model);
+  auto graph = load_model(args.model, args.source);
   if (!graph.ok()) return report_error(graph.error());
   passes::PipelineOptions options;
   options.disabled.insert(args.disable.begin(), args.disable.end());
@@ -76,7 +77,8 @@ int run_opt(const OptArgs& args) {
 void add_opt_command(CLI::App& app, int* exit_code) {
   auto* cmd = app.add_subcommand("opt", "Run the model-level passes: decompose, CSE, DCE, row fusion; report");
   auto args = std::make_shared<OptArgs>();
-  cmd->add_option("MODEL", args->model, "zoo:NAME[:key=value,...] or a .json/.kiln graph file")->required();
+  cmd->add_option("MODEL", args->model, "zoo:NAME[:key=value,...], a .json/.kiln graph or a .onnx model")->required();
+  add_model_source_options(cmd, &args->source);
   cmd->add_option("--disable", args->disable, "pass names to skip (repeatable)")->delimiter(',');
   cmd->add_option("-o,--output", args->output, "write the optimized graph (.json, else text)");
   cmd->add_flag("--print", args->print, "print the optimized graph in text form");
