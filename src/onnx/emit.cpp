@@ -35,9 +35,12 @@ Result<ValueId> Importer::materialize(const Sym& s) {
   for (int64_t i = 1; uniform && i < t.numel(); ++i) uniform = t.get(i) == t.get(0) || (t.get(i) != t.get(i) && t.get(0) != t.get(0));
   ValueId v;
   if (uniform && t.numel() <= 64) {  // small splats only: a big constant stays data the staging pass hoists
+    const std::string key = type_to_string({t.dtype(), t.shape()}) + fmt::format("={}", t.get(0));
+    if (auto hit = splats_.find(key); hit != splats_.end()) return hit->second;
     Attrs attrs{{"shape", t.shape()}, {"value", t.get(0)}, {"dtype", std::string(dtype_name(t.dtype()))}};
     KILN_ASSIGN_OR_RETURN(std::vector<ValueId> out, graph.add_node(Op::full, {}, attrs, {graph.unique_name(stem_ + "/const")}));
     v = out[0];
+    splats_[key] = v;
   } else {
     std::string name = s.name.empty() ? stem_ + "/const" : s.name;
     for (char& c : name) {

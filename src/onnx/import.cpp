@@ -5,6 +5,7 @@
 
 #include <onnx/onnx_pb.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -227,7 +228,44 @@ std::string sanitize_name(const std::string& name) {
   return out;
 }
 
-// Drops dead nodes, then weight inputs nothing reads.
+// Slices of one value along one axis that tile it exactly (how exporters write chunk) -> one split, the
+// form a zoo builder writes. Returns, per node, the group it leads or joins: {leader node, index in group}.
+struct SplitGroup {
+  std::vector<NodeId> slices;  // in order along the axis
+  int64_t axis = 0;
+};
+std::map<NodeId, std::pair<size_t, size_t>> find_slice_tilings(const Graph& g, std::vector<SplitGroup>& groups) {
+  std::map<std::pair<ValueId, int64_t>, std::vector<NodeId>> by_source;
+  for (NodeId id = 0; id < static_cast<NodeId>(g.nodes().size()); ++id) {
+    const Node& n = g.node(id);
+    if (n.op != Op::slice || n.attrs.get_int("step", 1) != 1) continue;
+    const auto rank = static_cast<int64_t>(g.value(n.inputs[0]).type.shape.size());
+    const int64_t axis = n.attrs.get_int("axis", 0);
+    by_source[{n.inputs[0], axis < 0 ? axis + rank : axis}].push_back(id);
+  }
+  std::map<NodeId, std::pair<size_t, size_t>> member;
+  for (auto& [key, ids] : by_source) {
+    if (ids.size() < 2) continue;
+    const int64_t dim = g.value(key.first).type.shape[static_cast<size_t>(key.second)];
+    std::sort(ids.begin(), ids.end(), [&](NodeId a, NodeId b) {
+      return g.node(a).attrs.get_int("start", 0) < g.node(b).attrs.get_int("start", 0);
+    });
+    int64_t at = 0;
+    bool tiles = true;
+    for (NodeId id : ids) {
+      const Node& n = g.node(id);
+      const int64_t start = n.attrs.get_int("start", 0), end = n.attrs.get_int("end", 0);
+      tiles = tiles && start == at && end > start;
+      at = end;
+    }
+    if (!tiles || at != dim) continue;
+    groups.push_back({ids, key.second});
+    for (size_t i = 0; i < ids.size(); ++i) member[ids[i]] = {groups.size() - 1, i};
+  }
+  return member;
+}
+
+// Drops dead nodes and weight inputs nothing reads; slices that tile a value become one split.
 Result<ImportedModel> finish(Importer& im, int64_t opset) {
   passes::PassResult live = passes::eliminate_dead_code(im.graph);
   const Graph& g = live.graph;
@@ -240,27 +278,41 @@ Result<ImportedModel> finish(Importer& im, int64_t opset) {
   model.opset = opset;
   model.graph.name = g.name;
   std::vector<ValueId> map(g.values().size(), -1);
-  size_t next_input = 0;
-  auto add_inputs_before = [&](NodeId node) -> Status {
-    // Inputs keep their creation order relative to nodes (materialized constants are created late).
-    while (next_input < g.inputs().size()) {
-      const GraphInput& in = g.inputs()[next_input];
-      const Value& v = g.value(in.value);
-      (void)node;
-      ++next_input;
-      if (in.binding == Binding::weight && uses[static_cast<size_t>(in.value)] == 0) continue;
-      KILN_ASSIGN_OR_RETURN(map[static_cast<size_t>(in.value)], model.graph.add_input(v.name, v.type, in.binding));
-      if (in.binding == Binding::weight) {
-        auto it = im.weights.find(v.name);
-        KILN_CHECK(it != im.weights.end(), "weight without data: ", v.name);
-        model.weights.emplace(v.name, std::move(it->second));
-      }
+  for (const GraphInput& in : g.inputs()) {
+    const Value& v = g.value(in.value);
+    if (in.binding == Binding::weight && uses[static_cast<size_t>(in.value)] == 0) continue;
+    KILN_ASSIGN_OR_RETURN(map[static_cast<size_t>(in.value)], model.graph.add_input(v.name, v.type, in.binding));
+    if (in.binding == Binding::weight) {
+      auto it = im.weights.find(v.name);
+      KILN_CHECK(it != im.weights.end(), "weight without data");
+      model.weights.emplace(v.name, std::move(it->second));
     }
-    return ok_status();
-  };
-  KILN_TRY(add_inputs_before(0));
+  }
+  std::vector<SplitGroup> groups;
+  const auto member = im.options().normalize ? find_slice_tilings(g, groups)
+                                             : std::map<NodeId, std::pair<size_t, size_t>>{};
+  std::vector<bool> emitted(groups.size(), false);
   for (NodeId id = 0; id < static_cast<NodeId>(g.nodes().size()); ++id) {
     const Node& n = g.node(id);
+    if (auto m = member.find(id); m != member.end()) {
+      const size_t group = m->second.first;
+      if (emitted[group]) continue;
+      emitted[group] = true;
+      std::vector<int64_t> sizes;
+      std::vector<std::string> names;
+      for (NodeId s : groups[group].slices) {
+        const Node& sn = g.node(s);
+        sizes.push_back(sn.attrs.get_int("end", 0) - sn.attrs.get_int("start", 0));
+        names.push_back(g.value(sn.outputs[0]).name);
+      }
+      KILN_ASSIGN_OR_RETURN(std::vector<ValueId> outs,
+                            model.graph.add_node(Op::split, {map[static_cast<size_t>(n.inputs[0])]},
+                                                 {{"axis", groups[group].axis}, {"sizes", sizes}}, names));
+      for (size_t i = 0; i < outs.size(); ++i) {
+        map[static_cast<size_t>(g.node(groups[group].slices[i]).outputs[0])] = outs[i];
+      }
+      continue;
+    }
     std::vector<ValueId> ins;
     for (ValueId v : n.inputs) ins.push_back(map[static_cast<size_t>(v)]);
     std::vector<std::string> names;

@@ -94,6 +94,7 @@ class Importer {
   std::string stem_ = "v";
   // Keyed by the tensor, which the entry keeps alive (a freed tensor's address could be reused).
   std::map<const Tensor*, std::pair<std::shared_ptr<const Tensor>, ValueId>> materialized_;
+  std::map<std::string, ValueId> splats_;  // one `full` node per dtype, shape and value
   int depth_ = 0;  // normalize() re-entry guard
 };
 

@@ -5,6 +5,8 @@
 // They read only the IR (ops, producers, constant values), never ONNX names, and they check every shape
 // they rely on, so a near miss keeps the primitives (correct, only less fused).
 #include <algorithm>
+#include <fmt/format.h>
+
 #include <cmath>
 #include <cstring>
 
@@ -13,6 +15,12 @@
 
 namespace kiln::onnx {
 namespace {
+
+// A float32 constant read back as the decimal it was written as (1e-6, not 9.99999997e-07).
+double clean_f32(double x) {
+  const double decimal = std::strtod(fmt::format("{:.7g}", x).c_str(), nullptr);
+  return static_cast<float>(decimal) == static_cast<float>(x) ? decimal : x;
+}
 
 bool near(double a, double b, double rel = 1e-4) { return std::abs(a - b) <= rel * std::max(std::abs(a), std::abs(b)); }
 
@@ -151,7 +159,7 @@ class Matcher {
     if (im_.producer(centered->inputs[1])->inputs[0] != x) return std::nullopt;
     auto var = mean_square_plus_eps(parts->second);
     if (!var || !same(var->first, parts->first)) return std::nullopt;
-    return accept(add(Op::layernorm, {x}, {{"eps", var->second}}), root);
+    return accept(add(Op::layernorm, {x}, {{"eps", clean_f32(var->second)}}), root);
   }
 
   // x / sqrt(mean(x^2) + eps) or x * rsqrt(...) -> rmsnorm(x)
@@ -160,7 +168,7 @@ class Matcher {
     if (!parts) return std::nullopt;
     auto ms = mean_square_plus_eps(parts->second);
     if (!ms || ms->first != parts->first) return std::nullopt;
-    return accept(add(Op::rmsnorm, {parts->first}, {{"eps", ms->second}}), root);
+    return accept(add(Op::rmsnorm, {parts->first}, {{"eps", clean_f32(ms->second)}}), root);
   }
 
   // norm(x) * w -> norm(x, w); layernorm(x, w) + b -> layernorm(x, w, b)
@@ -446,6 +454,17 @@ class Matcher {
     return true;
   }
 
+  // x * sigmoid(x) -> silu(x)
+  std::optional<ValueId> silu(ValueId root) {
+    const Node* n = node(root, Op::mul);
+    if (!n) return std::nullopt;
+    for (int i = 0; i < 2; ++i) {
+      const Node* s = node(n->inputs[1 - i], Op::sigmoid);
+      if (s && s->inputs[0] == n->inputs[i]) return accept(add(Op::silu, {n->inputs[i]}), root);
+    }
+    return std::nullopt;
+  }
+
   // (a * c1) * c2 with c1 * c2 == 1 -> a (what a GELU's 2x and 0.5 leave behind)
   std::optional<ValueId> unit_scale(ValueId root) {
     if (!node(root, Op::mul) && !node(root, Op::div)) return std::nullopt;
@@ -472,7 +491,7 @@ std::optional<ValueId> Importer::normalize(ValueId v) {
       {Op::mul, &Matcher::norm_affine},    {Op::add, &Matcher::norm_affine},
       {Op::add, &Matcher::linear_bias},    {Op::mul, &Matcher::gelu_tanh},
       {Op::reshape, &Matcher::rope_interleaved}, {Op::add, &Matcher::rope_half},
-      {Op::matmul, &Matcher::attention},   {Op::mul, &Matcher::unit_scale},
+      {Op::matmul, &Matcher::attention},   {Op::mul, &Matcher::unit_scale},   {Op::mul, &Matcher::silu},
       {Op::div, &Matcher::unit_scale},
   };
   const Op op = n->op;
