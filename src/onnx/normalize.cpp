@@ -419,13 +419,22 @@ class Matcher {
     const Product kp = product(qk->inputs[1]);
     if (qp.factors.size() != 1 || kp.factors.size() != 1) return std::nullopt;
     double scale = sp.coefficient * qp.coefficient * kp.coefficient;
+    // k^T = transpose(X, perm): k is X transposed by perm with its last two entries swapped.
     const Node* kt = node(kp.factors[0], Op::transpose);
-    if (!kt || kt->attrs.get_ints("perm") != std::vector<int64_t>{0, 1, 3, 2}) return std::nullopt;
+    if (!kt || rank(kp.factors[0]) != 4) return std::nullopt;
+    std::vector<int64_t> perm = kt->attrs.get_ints("perm");
+    std::swap(perm[2], perm[3]);
     const Product kk = product(kt->inputs[0]);
     if (kk.factors.size() != 1) return std::nullopt;
     scale *= kk.coefficient;
     const ValueId q = qp.factors[0];
-    const ValueId k = ungroup(kk.factors[0]);
+    ValueId k = kk.factors[0];
+    if (perm != std::vector<int64_t>{0, 1, 2, 3}) {
+      auto kv = add(Op::transpose, {k}, {{"perm", perm}});
+      if (!kv.ok()) return std::nullopt;
+      k = *kv;
+    }
+    k = ungroup(k);
     const ValueId v = ungroup(pv->inputs[1]);
     if (rank(q) != 4 || rank(k) != 4 || rank(v) != 4) return std::nullopt;
     Attrs attrs;
