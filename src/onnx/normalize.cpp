@@ -309,8 +309,13 @@ class Matcher {
         }
         if (!o1_ok) continue;
         const Node* view = node(*v0, Op::reshape);
-        if (!view || type(view->inputs[0]).shape != type(root).shape) continue;
-        return accept(add(Op::rope, {view->inputs[0], c, s}, {{"style", std::string("interleaved")}}), root);
+        if (!view) continue;
+        // The flattening reshape may go straight to another view (an exporter folds two reshapes into one).
+        const ValueId x = view->inputs[0];
+        const Shape out = type(root).shape;
+        auto y = add(Op::rope, {x, c, s}, {{"style", std::string("interleaved")}});
+        if (y.ok() && type(*y).shape != out) y = add(Op::reshape, {*y}, {{"shape", out}});
+        return accept(y, root);
       }
     }
     return std::nullopt;
@@ -392,10 +397,40 @@ class Matcher {
     return split->inputs[0];
   }
 
+  // reshape(transpose(reshape(K, [n, a, b]), [0, 2, 1]), lead + [b, a]) (batch dims merged around a 3-D
+  // transpose): the value transpose(K, swap last two) would give; returns that transpose's stand-in K^T
+  // node only when the graph already has it, else K^T is rebuilt from K as a rank-4 transpose.
+  std::optional<ValueId> swapped_through_reshapes(ValueId v) {
+    const Node* outer = node(v, Op::reshape);
+    if (!outer) return std::nullopt;
+    const Node* t = node(outer->inputs[0], Op::transpose);
+    if (!t) return std::nullopt;
+    const Node* inner = node(t->inputs[0], Op::reshape);
+    if (!inner) return std::nullopt;
+    const ValueId k = inner->inputs[0];
+    const Shape& ks = type(k).shape;
+    const Shape& rs = type(t->inputs[0]).shape;
+    std::vector<int64_t> perm = t->attrs.get_ints("perm");
+    const size_t r = rs.size();
+    if (ks.size() < 2 || r < 2 || perm.size() != r || rs[r - 1] != ks.back() || rs[r - 2] != ks[ks.size() - 2]) return std::nullopt;
+    for (size_t i = 0; i + 2 < r; ++i) {
+      if (perm[i] != static_cast<int64_t>(i)) return std::nullopt;
+    }
+    if (perm[r - 2] != static_cast<int64_t>(r - 1) || perm[r - 1] != static_cast<int64_t>(r - 2)) return std::nullopt;
+    Shape want(ks.begin(), ks.end() - 2);
+    want.push_back(ks.back());
+    want.push_back(ks[ks.size() - 2]);
+    if (type(v).shape != want || ks.size() != 4) return std::nullopt;
+    auto kt = add(Op::transpose, {k}, {{"perm", std::vector<int64_t>{0, 1, 3, 2}}});
+    if (!kt.ok()) return std::nullopt;
+    return *kt;
+  }
+
   // softmax(q k^T * scale [+ mask]) v -> attention(q, k, v[, mask])
   std::optional<ValueId> attention(ValueId root) {
     const Node* pv = node(root, Op::matmul);
     if (!pv || rank(root) != 4) return std::nullopt;
+    const ValueId v_in = pv->inputs[1];  // adding nodes below may move the graph's nodes
     const Node* sm = node(pv->inputs[0], Op::softmax);
     if (!sm || ops::normalize_axis(sm->attrs.get_int("axis", -1), 4) != 3) return std::nullopt;
     ValueId scores = sm->inputs[0];
@@ -420,8 +455,10 @@ class Matcher {
     if (qp.factors.size() != 1 || kp.factors.size() != 1) return std::nullopt;
     double scale = sp.coefficient * qp.coefficient * kp.coefficient;
     // k^T = transpose(X, perm): k is X transposed by perm with its last two entries swapped.
-    const Node* kt = node(kp.factors[0], Op::transpose);
-    if (!kt || rank(kp.factors[0]) != 4) return std::nullopt;
+    ValueId kt_value = kp.factors[0];
+    if (auto k3 = swapped_through_reshapes(kt_value)) kt_value = *k3;
+    const Node* kt = node(kt_value, Op::transpose);
+    if (!kt || rank(kt_value) != 4) return std::nullopt;
     std::vector<int64_t> perm = kt->attrs.get_ints("perm");
     std::swap(perm[2], perm[3]);
     const Product kk = product(kt->inputs[0]);
@@ -435,7 +472,7 @@ class Matcher {
       k = *kv;
     }
     k = ungroup(k);
-    const ValueId v = ungroup(pv->inputs[1]);
+    const ValueId v = ungroup(v_in);
     if (rank(q) != 4 || rank(k) != 4 || rank(v) != 4) return std::nullopt;
     Attrs attrs;
     const double d = static_cast<double>(type(q).shape[3]);
