@@ -34,7 +34,7 @@ Result<ValueId> Importer::materialize(const Sym& s) {
   bool uniform = t.numel() > 0;
   for (int64_t i = 1; uniform && i < t.numel(); ++i) uniform = t.get(i) == t.get(0) || (t.get(i) != t.get(i) && t.get(0) != t.get(0));
   ValueId v;
-  if (uniform && t.numel() <= 64) {  // small splats only: a big constant stays data the staging pass hoists
+  if (uniform && (s.initializer ? t.numel() == 1 : t.numel() <= 64)) {  // small splats; an initializer [D] stays a weight
     const std::string key = type_to_string({t.dtype(), t.shape()}) + fmt::format("={}", t.get(0));
     if (auto hit = splats_.find(key); hit != splats_.end()) return hit->second;
     Attrs attrs{{"shape", t.shape()}, {"value", t.get(0)}, {"dtype", std::string(dtype_name(t.dtype()))}};

@@ -359,7 +359,9 @@ Result<ImportedModel> import_onnx_bytes(std::span<const std::byte> bytes, const 
   for (const auto& init : gp.initializer()) {
     auto t = decode_tensor(init, base_dir);
     if (!t.ok()) return fail(with_context(t.error(), "initializer"));
-    syms[init.name()] = Sym::constant(std::move(*t), init.name());
+    Sym s = Sym::constant(std::move(*t), init.name());
+    s.initializer = true;
+    syms[init.name()] = std::move(s);
   }
   std::set<std::string> bound_dims;
   for (const auto& in : gp.input()) {

@@ -31,6 +31,7 @@ struct Sym {
   ValueId value = -1;                    // value: the IR value; erf: the argument u
   double erf_offset = 0, erf_scale = 1;  // erf: erf_offset + erf_scale * erf(u)
   std::string name;                      // the ONNX name, for materialized constants
+  bool initializer = false;              // an initializer: always a weight input (never a `full` splat)
 
   static Sym constant(Tensor t, std::string name = "") {
     Sym s;

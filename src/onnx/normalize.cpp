@@ -50,6 +50,9 @@ class Matcher {
   }
   // v = mean(x^2 over the last axis) + eps: returns (x, eps).
   std::optional<std::pair<ValueId, double>> mean_square_plus_eps(ValueId v) const {
+    if (const Node* mean = im_.producer(v); is_last_axis_mean(mean)) {  // no epsilon at all
+      if (auto x = square_of(mean->inputs[0])) return std::make_pair(*x, 0.0);
+    }
     const Node* add = node(v, Op::add);
     if (!add) return std::nullopt;
     for (int i = 0; i < 2; ++i) {
@@ -137,6 +140,7 @@ class Matcher {
   }
   // A per-channel [D] weight from a constant value with D elements, or nullopt.
   std::optional<ValueId> channel_weight(ValueId v, int64_t d) {
+    if (const Node* f = node(v, Op::full); f && type(v).shape == Shape{d}) return v;
     const Tensor* t = im_.weight_data(v);
     if (!t || t->numel() != d || !dtype_is_float(t->dtype())) return std::nullopt;
     if (t->shape() == Shape{d}) return v;
