@@ -72,6 +72,22 @@ std::optional<double> Importer::scalar_value(ValueId v) const {
   return std::nullopt;
 }
 
+bool Importer::try_charge_fold(int64_t numel) {
+  const int64_t cap = fold_cap();
+  if (numel > cap || folded_total_ > 16 * cap - numel) return false;
+  folded_total_ += numel;
+  return true;
+}
+
+Status Importer::charge_fold(const Shape& shape) {
+  if (!try_charge_fold(shape_numel(shape))) {
+    return make_error(ErrorCode::unsupported, fmt::format("folding would build a constant {} beyond the folding budget "
+                                                          "({} elements per tensor, ImportOptions::max_fold_elements)",
+                                                          shape_to_string(shape), fold_cap()));
+  }
+  return ok_status();
+}
+
 Result<ValueId> Importer::add_node1(Op op, std::vector<ValueId> inputs, Attrs attrs) {
   KILN_ASSIGN_OR_RETURN(std::vector<ValueId> out,
                         graph.add_node(op, std::move(inputs), std::move(attrs), {graph.unique_name(stem_)}));
@@ -89,13 +105,13 @@ Result<std::vector<Sym>> Importer::emit(Op op, const std::vector<Sym>& inputs, A
   }
   if (all_constant) {
     KILN_ASSIGN_OR_RETURN(std::vector<TensorType> out_types, infer_node(op, types, attrs));
-    for (const TensorType& t : out_types) {
-      if (shape_numel(t.shape) > kMaxFoldedElements) {
-        return make_error(ErrorCode::unsupported,
-                          fmt::format("folding {} would build a constant {} larger than the limit of {} elements",
-                                      op_name(op), type_to_string(t), kMaxFoldedElements));
-      }
-    }
+    const OpCost cost = op_def(op).cost(OpCall{types, attrs}, out_types);
+    int64_t elements = 0;
+    for (const TensorType& t : out_types) elements += shape_numel(t.shape);
+    // Too big or too much work to fold: the node stays (staging computes weight-only nodes at load time).
+    all_constant = cost.flops <= 1e3 * static_cast<double>(fold_cap()) && try_charge_fold(elements);
+  }
+  if (all_constant) {
     std::vector<Tensor> tensors;
     for (const Sym& s : inputs) tensors.push_back(*s.tensor);
     KILN_ASSIGN_OR_RETURN(std::vector<Tensor> out, ref::run_op(op, tensors, attrs));

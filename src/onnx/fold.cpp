@@ -17,22 +17,14 @@ namespace {
 // Flat offsets into a tensor of shape `from` for every element of the broadcast shape `to`.
 std::vector<int64_t> offsets(const Shape& from, const Shape& to) { return ops::broadcast_offsets(from, to); }
 
-Status check_size(const Shape& s) {
-  if (shape_numel(s) > kMaxFoldedElements) {
-    return make_error(ErrorCode::unsupported, "folding would build a constant " + shape_to_string(s) +
-                                                  " above the limit of " + std::to_string(kMaxFoldedElements) +
-                                                  " elements");
-  }
-  return ok_status();
-}
 
 bool is_integer(DType d) { return d == DType::i32 || d == DType::i64 || d == DType::boolean; }
 
 }  // namespace
 
-Result<Tensor> binary(const Tensor& a, const Tensor& b, DType dtype, double (*fn)(double, double)) {
+Result<Tensor> binary(Importer& im, const Tensor& a, const Tensor& b, DType dtype, double (*fn)(double, double)) {
   KILN_ASSIGN_OR_RETURN(Shape shape, broadcast(a.shape(), b.shape()));
-  KILN_TRY(check_size(shape));
+  KILN_TRY(im.charge_fold(shape));
   const std::vector<int64_t> ia = offsets(a.shape(), shape), ib = offsets(b.shape(), shape);
   Tensor out(dtype, shape);
   for (int64_t i = 0; i < out.numel(); ++i) {
@@ -48,10 +40,10 @@ Result<Tensor> binary(const Tensor& a, const Tensor& b, DType dtype, double (*fn
   return out;
 }
 
-Result<Tensor> where(const Tensor& cond, const Tensor& x, const Tensor& y) {
+Result<Tensor> where(Importer& im, const Tensor& cond, const Tensor& x, const Tensor& y) {
   KILN_ASSIGN_OR_RETURN(Shape s1, broadcast(cond.shape(), x.shape()));
   KILN_ASSIGN_OR_RETURN(Shape shape, broadcast(s1, y.shape()));
-  KILN_TRY(check_size(shape));
+  KILN_TRY(im.charge_fold(shape));
   if (x.dtype() != y.dtype()) return make_error(ErrorCode::shape_error, "Where needs x and y of one dtype");
   const std::vector<int64_t> ic = offsets(cond.shape(), shape), ix = offsets(x.shape(), shape),
                              iy = offsets(y.shape(), shape);
@@ -66,9 +58,9 @@ Result<Tensor> where(const Tensor& cond, const Tensor& x, const Tensor& y) {
   return out;
 }
 
-Result<Tensor> integer_binary(const Tensor& a, const Tensor& b, char op) {
+Result<Tensor> integer_binary(Importer& im, const Tensor& a, const Tensor& b, char op) {
   KILN_ASSIGN_OR_RETURN(Shape shape, broadcast(a.shape(), b.shape()));
-  KILN_TRY(check_size(shape));
+  KILN_TRY(im.charge_fold(shape));
   const DType dtype = a.dtype() == DType::i64 || b.dtype() == DType::i64 ? DType::i64 : DType::i32;
   const std::vector<int64_t> ia = offsets(a.shape(), shape), ib = offsets(b.shape(), shape);
   Tensor out(dtype, shape);

@@ -361,6 +361,7 @@ Result<ImportedModel> import_onnx_bytes(std::span<const std::byte> bytes, const 
     if (!t.ok()) return fail(with_context(t.error(), "initializer"));
     Sym s = Sym::constant(std::move(*t), init.name());
     s.initializer = true;
+    im.note_initializer(s.tensor->numel());
     syms[init.name()] = std::move(s);
   }
   std::set<std::string> bound_dims;

@@ -23,6 +23,10 @@ struct ImportOptions {
   std::map<std::string, int64_t> dims;  // symbolic dimension name -> value (e.g. batch=1, seq=64)
   std::set<std::string> per_step;       // graph inputs that change once per step (timestep, guidance)
   bool normalize = true;                // recognize decomposed forms (off: primitives as exported)
+  // Constant folding builds no tensor above max(this, the largest initializer) elements, and all folded
+  // tensors together stay under 16 times that; beyond, a foldable op stays a node (or, for an op kiln can only
+  // fold, is an error). Bounds memory for any input.
+  int64_t max_fold_elements = int64_t{1} << 26;
 };
 
 struct ImportedModel {

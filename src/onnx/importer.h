@@ -21,8 +21,6 @@ class TensorProto;
 
 namespace kiln::onnx {
 
-// Folding never builds a constant larger than this (elements); bigger ones are errors, not allocations.
-inline constexpr int64_t kMaxFoldedElements = int64_t{1} << 26;
 
 // An ONNX value during import.
 struct Sym {
@@ -70,6 +68,13 @@ class Importer {
   // A scalar constant of a dtype.
   static Sym scalar(double value, DType dtype);
 
+  // Folding budget (ImportOptions::max_fold_elements): whether a constant of `numel` elements may be built,
+  // charging it when it may.
+  void note_initializer(int64_t numel) { largest_initializer_ = std::max(largest_initializer_, numel); }
+  int64_t fold_cap() const { return std::max(options_.max_fold_elements, largest_initializer_); }
+  bool try_charge_fold(int64_t numel);
+  Status charge_fold(const Shape& shape);
+
   // The name new IR values get (the ONNX output name of the node being lowered).
   void set_stem(std::string stem) { stem_ = std::move(stem); }
 
@@ -96,7 +101,9 @@ class Importer {
   // Keyed by the tensor, which the entry keeps alive (a freed tensor's address could be reused).
   std::map<const Tensor*, std::pair<std::shared_ptr<const Tensor>, ValueId>> materialized_;
   std::map<std::string, ValueId> splats_;  // one `full` node per dtype, shape and value
-  int depth_ = 0;  // normalize() re-entry guard
+  int depth_ = 0;
+  int64_t largest_initializer_ = 0;
+  int64_t folded_total_ = 0;  // normalize() re-entry guard
 };
 
 // Lowers one ONNX node (lower_ops.cpp): `in` holds its input symbols (absent for empty names); returns one
@@ -112,10 +119,11 @@ namespace fold {
 Result<Shape> broadcast(const Shape& a, const Shape& b);
 // Elementwise over broadcast inputs: out[i] = fn(a[ia], b[ib]) with values as doubles (exact for integers
 // below 2^53), stored in `dtype`.
-Result<Tensor> binary(const Tensor& a, const Tensor& b, DType dtype, double (*fn)(double, double));
-Result<Tensor> where(const Tensor& cond, const Tensor& x, const Tensor& y);
-// Integer arithmetic on i32/i64 (ONNX Add/Sub/Mul/Div/Mod semantics, truncating division).
-Result<Tensor> integer_binary(const Tensor& a, const Tensor& b, char op);
+// Each checks its output against the importer's folding budget first.
+Result<Tensor> binary(Importer& im, const Tensor& a, const Tensor& b, DType dtype, double (*fn)(double, double));
+Result<Tensor> where(Importer& im, const Tensor& cond, const Tensor& x, const Tensor& y);
+// Integer arithmetic on i32/i64 (ONNX Add/Sub/Mul/Div semantics, truncating division).
+Result<Tensor> integer_binary(Importer& im, const Tensor& a, const Tensor& b, char op);
 Tensor trilu(const Tensor& x, int64_t k, bool upper);
 Result<Tensor> gather_elements(const Tensor& data, const Tensor& indices, int64_t axis);
 bool all_equal_to(const Tensor& t, double value);

@@ -134,7 +134,10 @@ Result<Sym> binary_op(Importer& im, Op op, const Sym& a0, const Sym& b0) {
   KILN_ASSIGN_OR_RETURN(TensorType tb, im.type_of(b0));
   if (a0.is_constant() && b0.is_constant() && is_int(ta.dtype) && is_int(tb.dtype)) {
     const char c = op == Op::add ? '+' : op == Op::sub ? '-' : op == Op::mul ? '*' : op == Op::div ? '/' : 0;
-    if (c) return Sym::constant(*fold::integer_binary(*a0.tensor, *b0.tensor, c));
+    if (c) {
+      KILN_ASSIGN_OR_RETURN(Tensor r, fold::integer_binary(im, *a0.tensor, *b0.tensor, c));
+      return Sym::constant(std::move(r));
+    }
   }
   Sym a = a0, b = b0;
   if (ta.dtype != tb.dtype) {  // the constant side follows the other
@@ -240,7 +243,7 @@ Result<Syms> lower_compare(NodeView& n) {
                                  : t == "Xor"            ? logic_xor
                                                          : int_mod;
   const DType out = t == "Mod" ? a->dtype() : DType::boolean;
-  KILN_ASSIGN_OR_RETURN(Tensor r, fold::binary(*a, *b, out, fn));
+  KILN_ASSIGN_OR_RETURN(Tensor r, fold::binary(n.im, *a, *b, out, fn));
   return Syms{Sym::constant(std::move(r))};
 }
 
@@ -257,7 +260,7 @@ Result<Syms> lower_where(NodeView& n) {
   KILN_ASSIGN_OR_RETURN(auto c, n.constant(0, "Where's condition"));
   KILN_ASSIGN_OR_RETURN(auto x, n.constant(1, "Where's x (kiln selects only between constants)"));
   KILN_ASSIGN_OR_RETURN(auto y, n.constant(2, "Where's y (kiln selects only between constants)"));
-  KILN_ASSIGN_OR_RETURN(Tensor r, fold::where(*c, *x, *y));
+  KILN_ASSIGN_OR_RETURN(Tensor r, fold::where(n.im, *c, *x, *y));
   return Syms{Sym::constant(std::move(r))};
 }
 
@@ -632,7 +635,9 @@ Result<Syms> lower_tile(NodeView& n) {
   // x [d0, d1, ...] -> broadcast [r0, d0, r1, d1, ...] over inserted axes -> reshape [r0*d0, ...]
   Shape spread, target, out;
   for (size_t i = 0; i < reps.size(); ++i) {
-    if (reps[i] < 0) return make_error(ErrorCode::shape_error, "negative repeat");
+    if (reps[i] < 0 || (reps[i] > 0 && tx.shape[i] > (int64_t{1} << 62) / reps[i])) {
+      return make_error(ErrorCode::shape_error, "bad repeat count");
+    }
     spread.insert(spread.end(), {1, tx.shape[i]});
     target.insert(target.end(), {reps[i], tx.shape[i]});
     out.push_back(reps[i] * tx.shape[i]);
@@ -711,10 +716,11 @@ Result<Syms> lower_constant_of_shape(NodeView& n) {
   int64_t numel = 1;
   for (int64_t d : shape) {
     if (d < 0) return make_error(ErrorCode::shape_error, "negative dimension");
-    if (d > 0 && numel > kMaxFoldedElements / d) return unsupported("ConstantOfShape above the folding limit");
+    if (d > 0 && numel > n.im.fold_cap() / d) return unsupported("ConstantOfShape above the folding limit");
     numel *= d;
   }
   if (shape.size() > 16) return make_error(ErrorCode::shape_error, "rank above 16");
+  KILN_TRY(n.im.charge_fold(shape));
   Tensor value(DType::f32, {1});
   if (const auto* a = n.attr("value")) {
     if (a->type() != ::onnx::AttributeProto::TENSOR) return make_error(ErrorCode::parse_error, "value must be a tensor");
@@ -740,11 +746,14 @@ Result<Syms> lower_range(NodeView& n) {
     return make_error(ErrorCode::invalid_argument, "Range with a zero or non-finite bound");
   }
   const double count = std::max(0.0, std::ceil((l - s) / d));
-  if (count > static_cast<double>(kMaxFoldedElements)) return unsupported("Range above the folding limit");
+  if (count > static_cast<double>(n.im.fold_cap())) return unsupported("Range above the folding limit");
+  KILN_TRY(n.im.charge_fold({static_cast<int64_t>(count)}));
   Tensor out(start->dtype(), {static_cast<int64_t>(count)});
   for (int64_t i = 0; i < out.numel(); ++i) {
     if (is_int(out.dtype())) {
-      out.set_int(i, start->get_int(0) + i * delta->get_int(0));
+      // Wrapping arithmetic: a malformed model's overflow must not be undefined behaviour.
+      const uint64_t v = static_cast<uint64_t>(start->get_int(0)) + static_cast<uint64_t>(i) * static_cast<uint64_t>(delta->get_int(0));
+      out.set_int(i, static_cast<int64_t>(v));
     } else {
       out.set(i, s + static_cast<double>(i) * d);
     }
