@@ -32,10 +32,12 @@ int count_op(const Graph& g, Op op) {
   return n;
 }
 
-// PyTorch ran in f32 on the CPU; the reference computes each op in f64 and rounds to f32, so the two differ by
-// a few f32 ulps per op, accumulated over ~10 dependent ops and K <= 256 term dot products: ~1e-6 relative to
-// the output scale. 1e-4 of the output scale leaves margin, and still catches any real mistake (a wrong
-// scale, mask, eps or layout moves outputs by 1e-2 or more).
+// PyTorch ran in f32 on the CPU; the reference computes each op in f64 and rounds its output to f32. Both are
+// within an f32 rounding or two of the exact value per op, and these blocks are shallow (~10 dependent ops,
+// dot products of K <= 256 terms with O(1/sqrt(K)) weights), so they agree to a few f32 ulps of the output
+// scale: measured at most 1.5 ulp (6e-7 at scale 4). 16 ulps (16 * 2^-23 * scale) leaves room for other
+// BLAS orderings and still catches a real mistake: a tanh GELU for the erf one moves the ViT output by 1.4e-4
+// (150 ulps), a swapped cos/sin in RoPE by 0.19.
 void expect_matches_pytorch(const ModelCase& c) {
   SCOPED_TRACE(c.dir);
   onnx::ImportOptions options;
@@ -62,7 +64,8 @@ void expect_matches_pytorch(const ModelCase& c) {
     double scale = 0, err = 0;
     for (int64_t i = 0; i < want.numel(); ++i) scale = std::max(scale, std::abs(want.get(i)));
     for (int64_t i = 0; i < want.numel(); ++i) err = std::max(err, std::abs(got.get(i) - want.get(i)));
-    EXPECT_LE(err, 1e-4 * std::max(scale, 1.0)) << name << ": max abs error " << err << " (scale " << scale << ")";
+    EXPECT_LE(err, 16 * std::ldexp(1.0, -23) * std::max(scale, 1.0))
+        << name << ": max abs error " << err << " (scale " << scale << ")";
   }
 }
 
