@@ -42,10 +42,11 @@ class NodeView {
 
 Error unsupported(const std::string& message);
 
-// Lowerings, by family (lower_ops.cpp: elementwise, shapes, constants; lower_layers.cpp: contractions,
-// norms, attention, rope, conv).
+// Lowerings, by family (lower_ops.cpp: elementwise, logic, reductions; lower_shapes.cpp: shapes, views,
+// constants; lower_layers.cpp: contractions, norms, attention, rope, conv).
 using LowerFn = Result<std::vector<Sym>> (*)(NodeView& n);
 LowerFn find_layer_lowering(const std::string& op_type);
+LowerFn find_shape_lowering(const std::string& op_type);  // lower_shapes.cpp
 
 // Shared lowering helpers.
 Result<Sym> reshape_to(Importer& im, const Sym& x, const Shape& shape);
