@@ -12,6 +12,7 @@
 #include "models/weights.h"
 #include "models/zoo.h"
 #include "onnx/import.h"
+#include "onnx/importer.h"
 #include "passes/pipeline.h"
 #include "ref/executor.h"
 
@@ -347,6 +348,172 @@ TEST(OnnxImportErrors, TruncatedModelsNeverCrash) {
     auto r = import_string(bytes.substr(0, cut), o, kData + "gpt2_block");
     (void)r;  // a value or an error; the test is that it returns
   }
+}
+
+}  // namespace
+}  // namespace kiln
+
+// ---- opset 23's fused ops against the decomposed forms PyTorch's tests checked ----
+
+namespace kiln {
+namespace {
+
+// A tiny model builder for tests: inputs, constant initializers, nodes.
+struct MiniModel {
+  ::onnx::ModelProto m;
+  explicit MiniModel(int64_t opset) {
+    m.set_ir_version(9);
+    m.add_opset_import()->set_version(opset);
+    m.mutable_graph()->set_name("mini");
+  }
+  void input(const std::string& name, const Shape& shape) {
+    auto* in = m.mutable_graph()->add_input();
+    in->set_name(name);
+    auto* tt = in->mutable_type()->mutable_tensor_type();
+    tt->set_elem_type(::onnx::TensorProto::FLOAT);
+    for (int64_t d : shape) tt->mutable_shape()->add_dim()->set_dim_value(d);
+  }
+  void constant(const std::string& name, const Tensor& t) {
+    auto* init = m.mutable_graph()->add_initializer();
+    init->set_name(name);
+    init->set_data_type(t.dtype() == DType::i64 ? ::onnx::TensorProto::INT64 : ::onnx::TensorProto::FLOAT);
+    for (int64_t d : t.shape()) init->add_dims(d);
+    init->set_raw_data(std::string(reinterpret_cast<const char*>(t.data()), t.byte_size()));
+  }
+  ::onnx::NodeProto* node(const std::string& op, std::vector<std::string> ins, std::vector<std::string> outs) {
+    auto* n = m.mutable_graph()->add_node();
+    n->set_op_type(op);
+    n->set_name(outs[0]);
+    for (auto& i : ins) n->add_input(i);
+    for (auto& o : outs) n->add_output(o);
+    return n;
+  }
+  static void attr(::onnx::NodeProto* n, const std::string& name, int64_t v) {
+    auto* a = n->add_attribute();
+    a->set_name(name);
+    a->set_type(::onnx::AttributeProto::INT);
+    a->set_i(v);
+  }
+  static void attr(::onnx::NodeProto* n, const std::string& name, std::vector<int64_t> v) {
+    auto* a = n->add_attribute();
+    a->set_name(name);
+    a->set_type(::onnx::AttributeProto::INTS);
+    for (int64_t x : v) a->add_ints(x);
+  }
+  static void attr(::onnx::NodeProto* n, const std::string& name, const std::string& v) {
+    auto* a = n->add_attribute();
+    a->set_name(name);
+    a->set_type(::onnx::AttributeProto::STRING);
+    a->set_s(v);
+  }
+  void output(const std::string& name) { m.mutable_graph()->add_output()->set_name(name); }
+};
+
+Tensor random_tensor(Shape shape, uint64_t seed) {
+  Tensor t(DType::f32, std::move(shape));
+  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    t.set(i, static_cast<double>(s >> 40) / static_cast<double>(1ull << 24) * 2 - 1);
+  }
+  return t;
+}
+
+Tensor run_mini(const MiniModel& mm, const std::map<std::string, Tensor>& inputs, bool normalize = true) {
+  onnx::ImportOptions o;
+  o.normalize = normalize;
+  auto model = import_string(mm.m.SerializeAsString(), o);
+  EXPECT_TRUE(model.ok()) << model.error().message;
+  if (!model.ok()) return Tensor();
+  std::map<std::string, Tensor> feed = model->weights;
+  for (const auto& [k, v] : inputs) feed[k] = v;
+  auto out = ref::run_graph(model->graph, feed);
+  EXPECT_TRUE(out.ok()) << out.error().message;
+  return out.ok() ? out->begin()->second : Tensor();
+}
+
+double max_diff(const Tensor& a, const Tensor& b) {
+  EXPECT_EQ(a.shape(), b.shape());
+  double d = 0;
+  for (int64_t i = 0; i < a.numel() && a.shape() == b.shape(); ++i) d = std::max(d, std::abs(a.get(i) - b.get(i)));
+  return d;
+}
+
+TEST(OnnxImportFusedOps, AttentionMatchesItsDecomposition) {
+  const Shape s{1, 2, 5, 8};
+  std::map<std::string, Tensor> in{{"q", random_tensor(s, 1)}, {"k", random_tensor(s, 2)}, {"v", random_tensor(s, 3)}};
+  MiniModel fused(23);
+  for (const char* n : {"q", "k", "v"}) fused.input(n, s);
+  auto* a = fused.node("Attention", {"q", "k", "v"}, {"y"});
+  MiniModel::attr(a, "is_causal", int64_t{1});
+  fused.output("y");
+  // softmax(q k^T / sqrt(8) + causal) v, written out
+  MiniModel plain(17);
+  for (const char* n : {"q", "k", "v"}) plain.input(n, s);
+  Tensor scale(DType::f32, {});
+  scale.set(0, 1.0 / std::sqrt(8.0));
+  Tensor mask(DType::f32, {5, 5});
+  for (int64_t i = 0; i < 5; ++i)
+    for (int64_t j = 0; j < 5; ++j) mask.set(i * 5 + j, j <= i ? 0.0 : -INFINITY);
+  plain.constant("scale", scale);
+  plain.constant("mask", mask);
+  MiniModel::attr(plain.node("Transpose", {"k"}, {"kt"}), "perm", std::vector<int64_t>{0, 1, 3, 2});
+  plain.node("MatMul", {"q", "kt"}, {"qk"});
+  plain.node("Mul", {"qk", "scale"}, {"s"});
+  plain.node("Add", {"s", "mask"}, {"sm"});
+  MiniModel::attr(plain.node("Softmax", {"sm"}, {"p"}), "axis", int64_t{-1});
+  plain.node("MatMul", {"p", "v"}, {"y"});
+  plain.output("y");
+  const Tensor want = run_mini(plain, in, false);
+  EXPECT_LT(max_diff(run_mini(fused, in), want), 1e-6);
+  EXPECT_LT(max_diff(run_mini(plain, in, true), want), 1e-6);  // normalized: one attention {causal=1}
+}
+
+TEST(OnnxImportFusedOps, RotaryEmbeddingAndEinsumMatchTheirDecompositions) {
+  const Shape s{1, 2, 4, 8};  // [B, H, S, D]
+  Tensor angles = random_tensor({4, 4}, 7);
+  Tensor cos(DType::f32, {4, 4}), sin(DType::f32, {4, 4}), cos2(DType::f32, {4, 8}), sin2(DType::f32, {4, 8});
+  for (int64_t r = 0; r < 4; ++r) {
+    for (int64_t c = 0; c < 4; ++c) {
+      const double a = 3 * angles.get(r * 4 + c);
+      for (Tensor* t : {&cos, &sin}) t->set(r * 4 + c, t == &cos ? std::cos(a) : std::sin(a));
+      for (int64_t h : {c, c + 4}) {
+        cos2.set(r * 8 + h, std::cos(a));
+        sin2.set(r * 8 + h, std::sin(a));
+      }
+    }
+  }
+  std::map<std::string, Tensor> in{{"x", random_tensor(s, 5)}};
+  MiniModel fused(23);
+  fused.input("x", s);
+  fused.constant("cos", cos);
+  fused.constant("sin", sin);
+  fused.node("RotaryEmbedding", {"x", "cos", "sin"}, {"r"});
+  auto* e = fused.node("Einsum", {"r", "r"}, {"y"});
+  MiniModel::attr(e, "equation", std::string("bhid,bhjd->bhij"));
+  fused.output("y");
+  // x * cos + rotate_half(x) * sin, then r @ r^T
+  MiniModel plain(17);
+  plain.input("x", s);
+  plain.constant("cos2", cos2);
+  plain.constant("sin2", sin2);
+  plain.constant("lo", onnx::fold::from_ints({0}));
+  plain.constant("mid", onnx::fold::from_ints({4}));
+  plain.constant("hi", onnx::fold::from_ints({8}));
+  plain.constant("axis", onnx::fold::from_ints({-1}));
+  plain.node("Slice", {"x", "lo", "mid", "axis"}, {"x1"});
+  plain.node("Slice", {"x", "mid", "hi", "axis"}, {"x2"});
+  plain.node("Neg", {"x2"}, {"nx2"});
+  MiniModel::attr(plain.node("Concat", {"nx2", "x1"}, {"rot"}), "axis", int64_t{-1});
+  plain.node("Mul", {"x", "cos2"}, {"a"});
+  plain.node("Mul", {"rot", "sin2"}, {"b"});
+  plain.node("Add", {"a", "b"}, {"r"});
+  MiniModel::attr(plain.node("Transpose", {"r"}, {"rt"}), "perm", std::vector<int64_t>{0, 1, 3, 2});
+  plain.node("MatMul", {"r", "rt"}, {"y"});
+  plain.output("y");
+  const Tensor want = run_mini(plain, in, false);
+  EXPECT_LT(max_diff(run_mini(fused, in), want), 1e-5);
+  EXPECT_LT(max_diff(run_mini(plain, in, true), want), 1e-5);  // normalized: rope {half}
 }
 
 }  // namespace
