@@ -42,13 +42,7 @@ Result<ValueId> Importer::materialize(const Sym& s) {
     v = out[0];
     splats_[key] = v;
   } else {
-    std::string name = s.name.empty() ? stem_ + "/const" : s.name;
-    for (char& c : name) {
-      const bool ok = std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == ':' || c == '/' || c == '-';
-      if (!ok) c = '_';
-    }
-    if (name.size() > 200) name.resize(200);
-    name = graph.unique_name(name);
+    const std::string name = graph.unique_name(sanitize_name(s.name.empty() ? stem_ + "/const" : s.name));
     KILN_ASSIGN_OR_RETURN(v, graph.add_input(name, TensorType{t.dtype(), t.shape()}, Binding::weight));
     weights.emplace(name, t);
   }

@@ -214,8 +214,6 @@ Result<Tensor> decode_tensor(const ::onnx::TensorProto& t, const std::string& ba
   return out;
 }
 
-namespace {
-
 std::string sanitize_name(const std::string& name) {
   std::string out;
   for (char c : name) {
@@ -227,6 +225,8 @@ std::string sanitize_name(const std::string& name) {
   if (out.size() > 200) out.resize(200);
   return out;
 }
+
+namespace {
 
 // Slices of one value along one axis that tile it exactly (how exporters write chunk) -> one split, the
 // form a zoo builder writes. Returns, per node, the group it leads or joins: {leader node, index in group}.

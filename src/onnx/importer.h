@@ -110,6 +110,9 @@ class Importer {
 // symbol per node output. Errors do not name the node; the caller adds that.
 Result<std::vector<Sym>> lower_node(Importer& im, const ::onnx::NodeProto& node, const std::vector<Sym>& in);
 
+// An ONNX name as a kiln value name: characters outside [A-Za-z0-9_.:/-] become '_', at most 200 of them.
+std::string sanitize_name(const std::string& name);
+
 // Decodes a TensorProto (import.cpp): raw, typed or external data, checked against its dims.
 Result<Tensor> decode_tensor(const ::onnx::TensorProto& t, const std::string& base_dir);
 
