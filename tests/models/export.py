@@ -7,6 +7,8 @@ Each model is a tiny transformer block in float32 on the CPU with fixed seeds. F
   outputs.safetensors   PyTorch's outputs for them, named as the ONNX graph outputs
   meta.json             exporter, opset, symbolic dims and their values, torch version
 Run on a machine with torch, onnx and onnxscript:  python3 export.py --out DIR
+(KILN_EXPORT_TEXT=1 also writes each graph's text form beside it, for reading). The committed files came from
+torch 2.11.0 and onnx 1.23.1 (see each meta.json); copy OUT/*/ into tests/data/onnx/ to refresh them.
 """
 import argparse, json, math, os, shutil, struct, sys, tempfile, traceback
 from collections import Counter
