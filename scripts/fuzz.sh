@@ -18,7 +18,7 @@ fi
 cd "$(dirname "$0")/.."
 cmake --preset fuzz >/dev/null
 targets=(text json)
-if [ -f build/fuzz/CMakeCache.txt ] && grep -q "^KILN_ONNX:BOOL=ON" build/fuzz/CMakeCache.txt; then
+if [ -f build/fuzz/CMakeCache.txt ] && grep -q "^KILN_ONNX_ENABLED:INTERNAL=ON" build/fuzz/CMakeCache.txt; then
   targets+=(onnx)  # the importer, where libonnx-dev is installed
 fi
 cmake --build --preset fuzz --target "${targets[@]/#/fuzz_}"
