@@ -12,10 +12,12 @@ void add_export_command(CLI::App& app, int* exit_code) {
   auto* cmd = app.add_subcommand("export", "Write a model's graph to a file (.json, or .kiln for the text form)");
   auto model = std::make_shared<std::string>();
   auto output = std::make_shared<std::string>();
-  cmd->add_option("MODEL", *model, "zoo:NAME[:key=value,...] or a .json/.kiln graph file")->required();
+  auto source = std::make_shared<ModelSourceOptions>();
+  cmd->add_option("MODEL", *model, "zoo:NAME[:key=value,...], a .json/.kiln graph or a .onnx model")->required();
+  add_model_source_options(cmd, source.get());
   cmd->add_option("-o,--output", *output, "output file; the extension picks the format")->required();
   cmd->callback([=] {
-    auto graph = load_model(*model);
+    auto graph = load_model(*model, *source);
     if (!graph.ok()) return void(*exit_code = report_error(graph.error()));
     const bool text = output->size() >= 5 && output->substr(output->size() - 5) == ".kiln";
     const bool json = output->size() >= 5 && output->substr(output->size() - 5) == ".json";

@@ -28,6 +28,7 @@ struct OptArgs {
   bool print = false;
   bool as_json = false;
   int notes = 5;
+  ModelSourceOptions source;
 };
 
 // "a ×3, b ×2": patterns by descending count (ties by name), the first `shown` of them.
@@ -67,7 +68,7 @@ Hoisted hoisted_between(const passes::StageWork& before, const passes::StageWork
 }
 
 int run_opt(const OptArgs& args) {
-  auto graph = load_model(args.model);
+  auto graph = load_model(args.model, args.source);
   if (!graph.ok()) return report_error(graph.error());
   passes::PipelineOptions options;
   options.disabled.insert(args.disable.begin(), args.disable.end());
@@ -163,7 +164,8 @@ void add_opt_command(CLI::App& app, int* exit_code) {
   auto* cmd = app.add_subcommand("opt", "Run the model-level passes (GEMM merging, scale packing, decomposition, CSE/DCE, row fusion, epilogues, "
       "view canonicalization); report what each found, the load-time and per-step stages, kernels and bytes");
   auto args = std::make_shared<OptArgs>();
-  cmd->add_option("MODEL", args->model, "zoo:NAME[:key=value,...] or a .json/.kiln graph file")->required();
+  cmd->add_option("MODEL", args->model, "zoo:NAME[:key=value,...], a .json/.kiln graph or a .onnx model")->required();
+  add_model_source_options(cmd, &args->source);
   cmd->add_option("--disable", args->disable, "pass names to skip (repeatable)")->delimiter(',');
   cmd->add_option("--passes", args->only, "run only these passes, in pipeline order (comma-separated)")->delimiter(',');
   cmd->add_option("-o,--output", args->output, "write the optimized graph (.json, else text)");

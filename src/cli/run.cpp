@@ -26,6 +26,7 @@ struct RunArgs {
   double max_memory_gb = 8.0;
   bool as_json = false;
   std::string backend;  // empty: the reference executor only
+  ModelSourceOptions source;
 };
 
 uint64_t fnv1a(const std::byte* data, size_t n) {
@@ -125,8 +126,9 @@ Result<nlohmann::json> run_on_backend(const std::string& name, const Graph& grap
 }
 
 int run(const RunArgs& args) {
-  auto graph = load_model(args.model);
-  if (!graph.ok()) return report_error(graph.error());
+  auto loaded = load_model_with_weights(args.model, args.source);
+  if (!loaded.ok()) return report_error(loaded.error());
+  Graph* graph = &loaded->graph;
   const double need = estimated_bytes(*graph);
   if (need > args.max_memory_gb * 1e9) {
     return report_error(make_error(
@@ -136,6 +138,7 @@ int run(const RunArgs& args) {
                     args.model, format_bytes(need), args.max_memory_gb)));
   }
   std::map<std::string, Tensor> inputs = models::random_inputs(*graph, args.seed);
+  for (auto& [name, tensor] : loaded->weights) inputs[name] = std::move(tensor);  // the model file's own weights
   if (!args.inputs_file.empty()) {
     auto loaded = models::load_safetensors(args.inputs_file);
     if (!loaded.ok()) return report_error(loaded.error());
@@ -202,8 +205,9 @@ int run(const RunArgs& args) {
 void add_run_command(CLI::App& app, int* exit_code) {
   auto* cmd = app.add_subcommand("run", "Run a model on the reference executor: output statistics and checksums");
   auto args = std::make_shared<RunArgs>();
-  cmd->add_option("MODEL", args->model, "zoo:NAME[:key=value,...] or a .json/.kiln graph file")
+  cmd->add_option("MODEL", args->model, "zoo:NAME[:key=value,...], a .json/.kiln graph or a .onnx model")
       ->capture_default_str();
+  add_model_source_options(cmd, &args->source);
   cmd->add_option("--seed", args->seed, "seed of the random inputs and weights")->capture_default_str();
   cmd->add_option("--inputs", args->inputs_file,
                   "safetensors file with weights and/or inputs by value name (the rest are random)");

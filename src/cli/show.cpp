@@ -84,12 +84,14 @@ void add_show_command(CLI::App& app, int* exit_code) {
   auto model = std::make_shared<std::string>();
   auto print_graph = std::make_shared<bool>(false);
   auto as_json = std::make_shared<bool>(false);
-  cmd->add_option("MODEL", *model, "zoo:NAME[:key=value,...] (see `kiln zoo`) or a .json/.kiln graph file")
+  auto source = std::make_shared<ModelSourceOptions>();
+  cmd->add_option("MODEL", *model, "zoo:NAME[:key=value,...] (see `kiln zoo`), a .json/.kiln graph or a .onnx model")
       ->required();
+  add_model_source_options(cmd, source.get());
   cmd->add_flag("--graph", *print_graph, "also print the graph in kiln's text form");
   cmd->add_flag("--json", *as_json, "print the summary as JSON");
   cmd->callback([=] {
-    auto graph = load_model(*model);
+    auto graph = load_model(*model, *source);
     if (!graph.ok()) return void(*exit_code = report_error(graph.error()));
     show(*graph, *model, *print_graph, *as_json);
   });

@@ -1,0 +1,76 @@
+// `kiln show|run|opt|export` take a .onnx model where they take any model: run uses the model's own weights
+// (so its outputs are PyTorch's), symbolic dimensions come from --dim, and mistakes are one clear line.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include "models/weights.h"
+
+namespace {
+
+const std::string kData = std::string(KILN_TEST_DATA_DIR) + "/onnx/";
+
+struct CommandResult {
+  int exit_code;
+  std::string out;
+};
+
+CommandResult kiln(const std::string& args) {
+  const std::string command = std::string(KILN_CLI_PATH) + " " + args + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  EXPECT_NE(pipe, nullptr);
+  std::string out;
+  std::array<char, 4096> buffer;
+  size_t n;
+  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) out.append(buffer.data(), n);
+  const int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+TEST(OnnxCli, ShowAndOptTakeAnOnnxFile) {
+  CommandResult show = kiln("show " + kData + "vit_block/model.onnx --graph");
+  EXPECT_EQ(show.exit_code, 0) << show.out;
+  EXPECT_NE(show.out.find("attention("), std::string::npos) << show.out;
+  CommandResult opt = kiln("opt " + kData + "flux_double/model.onnx --json");
+  EXPECT_EQ(opt.exit_code, 0) << opt.out;
+  EXPECT_NE(opt.out.find("merged 2 linear"), std::string::npos) << opt.out;
+}
+
+TEST(OnnxCli, RunUsesTheModelsWeightsAndDims) {
+  const auto out = std::filesystem::temp_directory_path() / ("kiln_onnx_cli_" + std::to_string(getpid()) + ".safetensors");
+  const std::string dir = kData + "gpt2_block/";
+  CommandResult run = kiln("run " + dir + "model.onnx --dim batch=2 --dim seq=8 --inputs " + dir +
+                           "inputs.safetensors --save-outputs " + out.string());
+  ASSERT_EQ(run.exit_code, 0) << run.out;
+  auto got = kiln::models::load_safetensors(out.string());
+  auto want = kiln::models::load_safetensors(dir + "outputs.safetensors");
+  ASSERT_TRUE(got.ok() && want.ok());
+  const kiln::Tensor& g = got->at("y");
+  const kiln::Tensor& w = want->at("y");
+  ASSERT_EQ(g.shape(), w.shape());
+  double err = 0;
+  for (int64_t i = 0; i < w.numel(); ++i) err = std::max(err, std::abs(g.get(i) - w.get(i)));
+  EXPECT_LT(err, 1e-4);  // PyTorch's outputs: the initializers were used, not seeded random weights
+  std::filesystem::remove(out);
+}
+
+TEST(OnnxCli, MistakesAreOneClearLine) {
+  CommandResult unbound = kiln("run " + kData + "gpt2_block/model.onnx");
+  EXPECT_EQ(unbound.exit_code, 1);
+  EXPECT_NE(unbound.out.find("--dim batch=N"), std::string::npos) << unbound.out;
+  CommandResult bad_dim = kiln("show " + kData + "gpt2_block/model.onnx --dim batch");
+  EXPECT_EQ(bad_dim.exit_code, 1);
+  EXPECT_NE(bad_dim.out.find("NAME=N"), std::string::npos) << bad_dim.out;
+  CommandResult not_onnx = kiln("show zoo:flux1-double-block:tiny --dim batch=1");
+  EXPECT_EQ(not_onnx.exit_code, 1);
+  EXPECT_NE(not_onnx.out.find(".onnx models only"), std::string::npos) << not_onnx.out;
+  CommandResult missing = kiln("show /nonexistent/model.onnx");
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_NE(missing.out.find("/nonexistent/model.onnx"), std::string::npos) << missing.out;
+}
+
+}  // namespace
