@@ -44,7 +44,10 @@ Result<Schedule> schedule_from_json(const std::string& text) {
   }
   if (!j.is_object()) return make_error(ErrorCode::parse_error, "schedule JSON must be an object");
   Schedule s;
-  for (auto& [key, value] : j.items()) {
+  for (auto item : j.items()) {
+    // Named variables, not structured bindings: C++20 lets lambdas capture bindings, clang 14 does not yet.
+    const std::string key = item.key();
+    const nlohmann::json& value = item.value();
     auto integer = [&](auto& field) -> Status {
       if (!value.is_number_integer()) {
         return make_error(ErrorCode::parse_error, "schedule field '" + key + "' must be an integer");
