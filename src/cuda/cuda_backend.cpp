@@ -60,7 +60,8 @@ class CudaBackend final : public backend::Backend {
     KILN_ASSIGN_OR_RETURN(backend::Timing copy, time([&] { return copy_async(b.ptr(), a.ptr(), bytes, stream_.handle()); },
                                                      {2, 5}));
     info_.bandwidth_bytes_per_second = 2.0 * static_cast<double>(bytes) / copy.min_seconds;
-    // bf16 GEMM rate at 8192^3 with cuBLASLt's first choice (zero data: the rate on random data is ~equal).
+    // bf16 GEMM rate at 8192^3 with cuBLASLt's first choice, on zeroed buffers. Zeros draw less power than
+    // random data, so this reads high: 894 TFLOP/s on the H200 against ~790 on random data (ANCHORS.md).
     const GemmDesc desc{.m = 8192, .n = 8192, .k = 8192};
     KILN_ASSIGN_OR_RETURN(std::vector<GemmAlgorithm> algorithms, blas_.algorithms(desc, 1));
     KILN_ASSIGN_OR_RETURN(DeviceBuffer x, DeviceBuffer::allocate(8192ll * 8192 * 2));

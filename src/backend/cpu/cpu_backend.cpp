@@ -56,25 +56,6 @@ std::string cpu_model() {
   return "unknown CPU";
 }
 
-Status check_types(const char* what, std::span<const DeviceTensor> got, const std::vector<TensorType>& want,
-                   const std::string& kernel) {
-  if (got.size() != want.size()) {
-    return make_error(ErrorCode::invalid_argument, fmt::format("kernel {}: {} {} given, it takes {}", kernel,
-                                                               got.size(), what, want.size()));
-  }
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (!(got[i].type == want[i])) {
-      return make_error(ErrorCode::shape_error, fmt::format("kernel {}: {} {} is {}, the kernel was compiled for {}",
-                                                            kernel, what, i, type_to_string(got[i].type),
-                                                            type_to_string(want[i])));
-    }
-    if (!got[i].data && got[i].bytes() > 0) {
-      return make_error(ErrorCode::invalid_argument, fmt::format("kernel {}: {} {} has no memory", kernel, what, i));
-    }
-  }
-  return ok_status();
-}
-
 Status reference_op(Op op, const Attrs& attrs, std::span<const DeviceTensor> in, std::span<const DeviceTensor> out) {
   std::vector<Tensor> inputs;
   for (const DeviceTensor& t : in) {
