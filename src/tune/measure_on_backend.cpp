@@ -1,0 +1,113 @@
+#include "tune/measure_on_backend.h"
+
+#include <fmt/format.h>
+
+#include "harness/compare.h"
+#include "harness/inputs.h"
+#include "kernel/emit.h"
+
+namespace kiln::tune {
+
+namespace {
+
+struct DeviceTensors {
+  backend::Backend& backend;
+  std::vector<backend::DeviceTensor> tensors;
+  explicit DeviceTensors(backend::Backend& b) : backend(b) {}
+  ~DeviceTensors() {
+    for (backend::DeviceTensor& t : tensors) backend.release(t);
+  }
+  Result<backend::DeviceTensor> add(const TensorType& type) {
+    KILN_ASSIGN_OR_RETURN(backend::DeviceTensor t, backend.allocate(type));
+    tensors.push_back(t);
+    return t;
+  }
+};
+
+// Runs candidate `index` of `module` once and compares every output with the reference. Returns the failure
+// (empty: it matched) and the worst error ratio.
+Result<std::string> check_candidate(backend::Backend& backend, const backend::LoadedModule& module, int index,
+                                    const std::vector<backend::DeviceTensor>& inputs,
+                                    const std::vector<backend::DeviceTensor>& outputs,
+                                    const std::vector<Tensor>& reference, const harness::KernelTask& task,
+                                    double& worst_ratio) {
+  Status ran = backend.launch(module, index, inputs, outputs);
+  if (ran.ok()) ran = backend.synchronize();
+  if (!ran.ok()) return "launch failed: " + ran.error().message;
+  const int64_t k = harness::task_reduction_length(task);
+  for (size_t o = 0; o < outputs.size(); ++o) {
+    KILN_ASSIGN_OR_RETURN(Tensor got, backend.copy_to_host(outputs[o]));
+    const harness::Comparison c = harness::compare_output(reference[o], got, {}, task.exact, k);
+    worst_ratio = std::max(worst_ratio, c.stats.baseline_ratio());
+    if (c.kind != harness::Mismatch::none) return fmt::format("output {} mismatches the reference: {}", o, c.describe());
+  }
+  return std::string();
+}
+
+}  // namespace
+
+Result<std::vector<ScheduleMeasurement>> measure_schedules_on_backend(backend::Backend& backend,
+                                                                     const kernel::Kernel& kernel,
+                                                                     const harness::KernelTask& task,
+                                                                     std::span<const kernel::Schedule> schedules,
+                                                                     const MeasureOptions& options) {
+  std::vector<ScheduleMeasurement> results(schedules.size());
+  // One module holds every candidate that can be implemented: one compile for the whole search.
+  std::vector<kernel::KernelToEmit> to_emit;
+  std::vector<size_t> candidate_of_entry;
+  for (size_t i = 0; i < schedules.size(); ++i) {
+    results[i].schedule = schedules[i];
+    const Status can = kernel::can_implement(kernel, schedules[i], backend.target());
+    if (!can.ok()) {
+      results[i].failure = "cannot implement: " + can.error().message;
+      continue;
+    }
+    to_emit.push_back({&kernel, schedules[i], fmt::format("{}_s{}", kernel.name, i)});
+    candidate_of_entry.push_back(i);
+  }
+  if (to_emit.empty()) return results;
+  KILN_ASSIGN_OR_RETURN(kernel::EmittedModule emitted, kernel::emit_module(to_emit, backend.target()));
+  KILN_ASSIGN_OR_RETURN(std::shared_ptr<backend::LoadedModule> module, backend.compile(emitted));
+
+  std::vector<Tensor> host_inputs;
+  for (size_t i = 0; i < kernel.inputs.size(); ++i) {
+    host_inputs.push_back(harness::draw_input(kernel.inputs[i].type, harness::Distribution::normal, options.seed + i));
+  }
+  KILN_ASSIGN_OR_RETURN(std::vector<Tensor> reference, harness::run_task_reference(task, host_inputs));
+  if (reference.size() != kernel.outputs.size()) {
+    return make_error(ErrorCode::verify_error, fmt::format("kernel {} has {} outputs, its task {}", kernel.name,
+                                                       kernel.outputs.size(), reference.size()));
+  }
+  DeviceTensors memory(backend);
+  std::vector<backend::DeviceTensor> inputs, outputs;
+  for (size_t i = 0; i < host_inputs.size(); ++i) {
+    KILN_ASSIGN_OR_RETURN(backend::DeviceTensor t, memory.add(kernel.inputs[i].type));
+    KILN_TRY(backend.copy_to_device(host_inputs[i], t));
+    inputs.push_back(t);
+  }
+  for (const kernel::KernelParam& p : kernel.outputs) {
+    KILN_ASSIGN_OR_RETURN(backend::DeviceTensor t, memory.add(p.type));
+    outputs.push_back(t);
+  }
+  for (size_t e = 0; e < candidate_of_entry.size(); ++e) {
+    ScheduleMeasurement& m = results[candidate_of_entry[e]];
+    const int index = static_cast<int>(e);
+    KILN_ASSIGN_OR_RETURN(std::string failure, check_candidate(backend, *module, index, inputs, outputs, reference,
+                                                               task, m.worst_baseline_ratio));
+    if (!failure.empty()) {
+      m.failure = std::move(failure);
+      continue;
+    }
+    auto timing = backend.time([&] { return backend.launch(*module, index, inputs, outputs); }, options.timing);
+    if (!timing.ok()) {
+      m.failure = "timing failed: " + timing.error().message;
+      continue;
+    }
+    m.passed = true;
+    m.median_seconds = timing->median_seconds;
+    m.min_seconds = timing->min_seconds;
+  }
+  return results;
+}
+
+}  // namespace kiln::tune
