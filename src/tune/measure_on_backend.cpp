@@ -66,8 +66,24 @@ Result<std::vector<ScheduleMeasurement>> measure_schedules_on_backend(backend::B
     candidate_of_entry.push_back(i);
   }
   if (to_emit.empty()) return results;
-  KILN_ASSIGN_OR_RETURN(kernel::EmittedModule emitted, kernel::emit_module(to_emit, backend.target()));
-  KILN_ASSIGN_OR_RETURN(std::shared_ptr<backend::LoadedModule> module, backend.compile(emitted));
+  // One module for all (one compile); when that fails, one module per candidate so that a candidate the
+  // compiler rejects is blamed alone and the others still run.
+  std::vector<std::shared_ptr<backend::LoadedModule>> module_of_entry(to_emit.size());
+  std::vector<int> index_in_module(to_emit.size());
+  auto compile = [&](std::span<const kernel::KernelToEmit> emit) -> Result<std::shared_ptr<backend::LoadedModule>> {
+    KILN_ASSIGN_OR_RETURN(kernel::EmittedModule emitted,
+                          kernel::emit_module(std::vector<kernel::KernelToEmit>(emit.begin(), emit.end()), backend.target()));
+    return backend.compile(emitted);
+  };
+  if (auto all = compile(to_emit); all.ok()) {
+    for (size_t e = 0; e < to_emit.size(); ++e) module_of_entry[e] = *all, index_in_module[e] = static_cast<int>(e);
+  } else {
+    for (size_t e = 0; e < to_emit.size(); ++e) {
+      auto one = compile(std::span(to_emit).subspan(e, 1));
+      if (one.ok()) module_of_entry[e] = *one;
+      else results[candidate_of_entry[e]].failure = "compile failed: " + one.error().message;
+    }
+  }
 
   std::vector<Tensor> host_inputs;
   for (size_t i = 0; i < kernel.inputs.size(); ++i) {
@@ -91,14 +107,16 @@ Result<std::vector<ScheduleMeasurement>> measure_schedules_on_backend(backend::B
   }
   for (size_t e = 0; e < candidate_of_entry.size(); ++e) {
     ScheduleMeasurement& m = results[candidate_of_entry[e]];
-    const int index = static_cast<int>(e);
-    KILN_ASSIGN_OR_RETURN(std::string failure, check_candidate(backend, *module, index, inputs, outputs, reference,
+    if (!module_of_entry[e]) continue;
+    const backend::LoadedModule& module = *module_of_entry[e];
+    const int index = index_in_module[e];
+    KILN_ASSIGN_OR_RETURN(std::string failure, check_candidate(backend, module, index, inputs, outputs, reference,
                                                                task, m.worst_baseline_ratio));
     if (!failure.empty()) {
       m.failure = std::move(failure);
       continue;
     }
-    auto timing = backend.time([&] { return backend.launch(*module, index, inputs, outputs); }, options.timing);
+    auto timing = backend.time([&] { return backend.launch(module, index, inputs, outputs); }, options.timing);
     if (!timing.ok()) {
       m.failure = "timing failed: " + timing.error().message;
       continue;

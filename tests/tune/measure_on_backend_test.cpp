@@ -1,0 +1,90 @@
+// tune/measure_on_backend on the CPU backend: candidates of a real fused kernel are checked against the
+// reference before they are timed; one that cannot be implemented is recorded, never timed.
+#include "tune/measure_on_backend.h"
+
+#include <gtest/gtest.h>
+
+#include "../backend/backend_test_util.h"
+#include "kernel/kernel_task.h"
+#include "passes/pipeline.h"
+
+namespace kiln {
+namespace {
+
+// layernorm + modulate over [rows, cols] bf16, optimized: one fused group.
+struct FusedKernel {
+  Graph graph;
+  kernel::Kernel kernel;
+  harness::KernelTask task;
+};
+
+FusedKernel layernorm_modulate(int64_t rows, int64_t cols) {
+  Graph g;
+  const ValueId x = *g.add_input("x", {DType::bf16, {rows, cols}}, Binding::per_call);
+  const ValueId scale = *g.add_input("scale", {DType::bf16, {1, cols}}, Binding::per_call);
+  const ValueId n = (*g.add_node(Op::layernorm, {x}, {}, {"n"}))[0];
+  const ValueId m = (*g.add_node(Op::mul, {n, scale}, {}, {"m"}))[0];
+  const ValueId y = (*g.add_node(Op::add, {m, scale}, {}, {"y"}))[0];
+  EXPECT_TRUE(g.add_output("y", y).ok());
+  auto optimized = passes::run_pipeline(g, {});
+  EXPECT_TRUE(optimized.ok());
+  FusedKernel out{optimized->graph, {}, {}};
+  std::vector<NodeId> members;
+  for (NodeId id = 0; id < static_cast<NodeId>(out.graph.nodes().size()); ++id) {
+    if (out.graph.node(id).group >= 0) members.push_back(id);
+  }
+  auto k = kernel::lower_nodes(out.graph, members, "lnmod");
+  EXPECT_TRUE(k.ok()) << (k.ok() ? "" : k.error().message);
+  out.kernel = *k;
+  auto task = kernel::kernel_task(out.graph, out.kernel);
+  EXPECT_TRUE(task.ok());
+  out.task = *task;
+  return out;
+}
+
+TEST(MeasureOnBackend, EveryCandidateIsCheckedThenTimed) {
+  const FusedKernel f = layernorm_modulate(33, 200);
+  backend::Backend& cpu = testing::cpu_backend();
+  std::vector<kernel::Schedule> candidates = kernel::schedule_space(f.kernel, kernel::Target::cpu, 1);
+  ASSERT_FALSE(candidates.empty());
+  if (candidates.size() > 6) candidates.resize(6);
+  kernel::Schedule impossible = candidates[0];
+  impossible.threads_per_row = 32;  // CPU kernels take one thread per row
+  candidates.push_back(impossible);
+  auto measured = tune::measure_schedules_on_backend(cpu, f.kernel, f.task, candidates, {{1, 3}, 7});
+  ASSERT_TRUE(measured.ok()) << measured.error().message;
+  ASSERT_EQ(measured->size(), candidates.size());
+  for (size_t i = 0; i + 1 < candidates.size(); ++i) {
+    const tune::ScheduleMeasurement& m = (*measured)[i];
+    EXPECT_TRUE(m.passed) << kernel::schedule_to_string(m.schedule) << ": " << m.failure;
+    EXPECT_GT(m.median_seconds, 0);
+    EXPECT_LE(m.min_seconds, m.median_seconds);
+  }
+  const tune::ScheduleMeasurement& bad = measured->back();
+  EXPECT_FALSE(bad.passed);
+  EXPECT_NE(bad.failure.find("cannot implement"), std::string::npos) << bad.failure;
+  EXPECT_EQ(bad.median_seconds, 0);
+}
+
+TEST(MeasureOnBackend, AKernelThatComputesSomethingElseFailsTheCheck) {
+  // The kernel of one graph judged by the task of another (layernorm + modulate with a different shift):
+  // every candidate must be caught by the reference comparison.
+  const FusedKernel f = layernorm_modulate(8, 64);
+  Graph other;
+  const ValueId x = *other.add_input("x", {DType::bf16, {8, 64}}, Binding::per_call);
+  const ValueId scale = *other.add_input("scale", {DType::bf16, {1, 64}}, Binding::per_call);
+  const ValueId n = (*other.add_node(Op::layernorm, {x}, {}, {"n"}))[0];
+  const ValueId y = (*other.add_node(Op::mul, {n, scale}, {}, {"y"}))[0];
+  ASSERT_TRUE(other.add_output("y", y).ok());
+  auto wrong_task = harness::make_graph_task(other);
+  ASSERT_TRUE(wrong_task.ok());
+  const kernel::Schedule s = kernel::default_schedule(f.kernel, kernel::Target::cpu, 1);
+  auto measured = tune::measure_schedules_on_backend(testing::cpu_backend(), f.kernel, *wrong_task,
+                                                     std::vector<kernel::Schedule>{s});
+  ASSERT_TRUE(measured.ok()) << measured.error().message;
+  EXPECT_FALSE((*measured)[0].passed);
+  EXPECT_NE((*measured)[0].failure.find("mismatches the reference"), std::string::npos) << (*measured)[0].failure;
+}
+
+}  // namespace
+}  // namespace kiln
