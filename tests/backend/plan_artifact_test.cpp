@@ -42,7 +42,9 @@ TEST(PlanArtifact, RoundTripGivesIdenticalOutputs) {
   for (const std::string spec : {"qwen-image:tiny", "flux1-single-block:tiny,dtype=fp8,fp8_scaling=block"}) {
     Saved s = save(spec);
     const std::string path = (std::filesystem::temp_directory_path() / "kiln_plan_artifact_test.json").string();
-    ASSERT_TRUE(backend::save_plan_artifact(*s.plan, {.model = "zoo:" + spec}, path).ok());
+    backend::PlanArtifactInfo info;
+    info.model = "zoo:" + spec;
+    ASSERT_TRUE(backend::save_plan_artifact(*s.plan, info, path).ok());
     auto loaded = backend::load_plan_artifact(testing::plan_test_backend(), path);
     std::filesystem::remove(path);
     ASSERT_TRUE(loaded.ok()) << spec << ": " << loaded.error().message;
