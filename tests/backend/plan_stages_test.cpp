@@ -95,8 +95,8 @@ TEST(PlanStages, CacheSizeBoundsWhatIsKept) {
 }
 
 TEST(PlanStages, LoadStageRunsOncePerWeightLoad) {
-  // FP8 block scaling packs weight scales at load time.
-  const Graph g = testing::optimized_zoo_model("flux1-double-block:tiny,dtype=fp8,fp8_scaling=block");
+  // Merged GEMM weights are concatenated at load time.
+  const Graph g = testing::optimized_zoo_model("flux1-double-block:tiny");
   auto plan = backend::Plan::build(testing::plan_test_backend(), g);
   ASSERT_TRUE(plan.ok()) << plan.error().message;
   backend::Plan& p = **plan;
