@@ -2,14 +2,15 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <queue>
 #include <set>
 
+#include "backend/memory_plan.h"
 #include "kernel/emit.h"
-#include "kernel/kernel_ir.h"
-#include "passes/fuse_rows.h"
+#include "passes/staging.h"
 
 namespace kiln::backend {
 
@@ -21,17 +22,26 @@ bool is_library(Op op) {
          op == Op::pack_scales;
 }
 
-}  // namespace
+uint64_t fnv1a(uint64_t h, const void* data, size_t n) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  for (size_t i = 0; i < n; ++i) {
+    h ^= p[i];
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+constexpr uint64_t kFnvBasis = 0xcbf29ce484222325ull;
 
-Plan::~Plan() {
-  for (DeviceTensor& t : owned_) backend_.release(t);
+uint64_t tensor_content_hash(const Tensor& t) {
+  const auto dtype = static_cast<uint8_t>(t.dtype());
+  uint64_t h = fnv1a(kFnvBasis, &dtype, 1);
+  for (int64_t d : t.shape()) h = fnv1a(h, &d, sizeof d);
+  return fnv1a(h, t.data(), t.byte_size());
 }
 
-Result<std::unique_ptr<Plan>> Plan::build(Backend& backend, const Graph& graph, const PlanOptions& options) {
-  std::unique_ptr<Plan> plan(new Plan(backend, graph));
-  const Graph& g = plan->graph_;
+// Units (a fused group, or a node outside any group) in a topological order; ties go to the earliest node.
+Result<std::vector<std::vector<NodeId>>> ordered_units(const Graph& g) {
   const auto node_count = static_cast<NodeId>(g.nodes().size());
-  // Units: a fused group, or a node outside any group.
   std::map<int32_t, std::vector<NodeId>> groups;
   for (NodeId id = 0; id < node_count; ++id) {
     if (g.node(id).group >= 0) groups[g.node(id).group].push_back(id);
@@ -49,7 +59,6 @@ Result<std::unique_ptr<Plan>> Plan::build(Backend& backend, const Graph& graph, 
     units.push_back(grp >= 0 ? groups[grp] : std::vector<NodeId>{id});
     if (grp >= 0) unit_of_group[grp] = unit_of[id];
   }
-  // Topological order of units (fusion keeps the unit graph acyclic); ties go to the earliest node.
   std::vector<std::set<int>> succ(units.size());
   std::vector<int> indegree(units.size(), 0);
   for (NodeId id = 0; id < node_count; ++id) {
@@ -63,11 +72,11 @@ Result<std::unique_ptr<Plan>> Plan::build(Backend& backend, const Graph& graph, 
   for (size_t u = 0; u < units.size(); ++u) {
     if (indegree[u] == 0) ready.push({units[u][0], static_cast<int>(u)});
   }
-  std::vector<int> order;
+  std::vector<std::vector<NodeId>> order;
   while (!ready.empty()) {
     const int u = ready.top().second;
     ready.pop();
-    order.push_back(u);
+    order.push_back(units[u]);
     for (int s : succ[u]) {
       if (--indegree[s] == 0) ready.push({units[s][0], s});
     }
@@ -75,39 +84,91 @@ Result<std::unique_ptr<Plan>> Plan::build(Backend& backend, const Graph& graph, 
   if (order.size() != units.size()) {
     return make_error(ErrorCode::verify_error, "plan: the fused groups of graph " + g.name + " form a cycle");
   }
+  return order;
+}
 
-  auto allocate = [&](ValueId v) -> Status {
-    if (plan->tensors_.count(v)) return ok_status();
+// Where a view group's output lives: `byte_offset` bytes into the buffer of `base` (never itself a view).
+struct AliasOf {
+  ValueId base;
+  int64_t byte_offset;
+};
+
+}  // namespace
+
+Plan::~Plan() {
+  for (DeviceTensor& t : owned_) backend_.release(t);
+}
+
+Result<std::unique_ptr<Plan>> Plan::build(Backend& backend, const Graph& graph, const PlanOptions& options) {
+  if (options.per_step_cache_entries < 0) {
+    return make_error(ErrorCode::invalid_argument, "plan: per_step_cache_entries must be >= 0, got " +
+                                                       std::to_string(options.per_step_cache_entries));
+  }
+  std::unique_ptr<Plan> plan(new Plan(backend, graph, options));
+  const Graph& g = plan->graph_;
+  KILN_ASSIGN_OR_RETURN(const std::vector<std::vector<NodeId>> units, ordered_units(g));
+  const std::vector<Binding> binding_time = passes::classify_binding_times(g);
+
+  // Stage of every value that has storage: graph inputs by binding, step outputs by their step's stage.
+  std::vector<Binding> stage_of(g.values().size(), Binding::weight);
+  std::vector<bool> has_storage(g.values().size(), false);
+  std::map<ValueId, AliasOf> alias_of;
+  auto root_of = [&](ValueId v) {
+    auto it = alias_of.find(v);
+    return it == alias_of.end() ? v : it->second.base;
+  };
+  auto allocate_now = [&](ValueId v) -> Status {
     KILN_ASSIGN_OR_RETURN(DeviceTensor t, backend.allocate(g.value(v).type));
     plan->tensors_[v] = t;
     plan->owned_.push_back(t);
+    has_storage[v] = true;
     return ok_status();
   };
-  for (const GraphInput& in : g.inputs()) KILN_TRY(allocate(in.value));
+  for (const GraphInput& in : g.inputs()) {
+    KILN_TRY(allocate_now(in.value));
+    stage_of[in.value] = in.binding;
+  }
+  plan->input_given_.assign(g.inputs().size(), false);
 
-  std::vector<kernel::Kernel> kernels;
-  std::vector<kernel::KernelToEmit> to_emit;
-  kernels.reserve(units.size());
+  std::vector<kernel::Kernel> lowered_kernels;  // by kernel_index
+  std::vector<kernel::Schedule> schedules;
   auto input_types = [&](const Node& n) {
     std::vector<TensorType> t;
     for (ValueId v : n.inputs) t.push_back(g.value(v).type);
     return t;
   };
-  for (int u : order) {
-    const std::vector<NodeId>& members = units[u];
+  std::vector<Step> steps;  // topological order; sorted into stages below
+  for (const std::vector<NodeId>& members : units) {
     const Node& first = g.node(members[0]);
     Step step;
     step.nodes = members;
     step.label = members.size() > 1 ? fmt::format("group {} ({} nodes, first {})", first.group, members.size(),
                                                   g.node_label(members[0]))
                                     : g.node_label(members[0]);
+    // A step runs in the latest stage of its nodes and of the steps it reads (a group mixing stages runs late).
+    std::set<NodeId> member_set(members.begin(), members.end());
+    Binding stage = Binding::weight;
+    for (NodeId m : members) {
+      for (ValueId v : g.node(m).outputs) stage = std::max(stage, binding_time[v]);
+      for (ValueId v : g.node(m).inputs) {
+        if (!member_set.count(g.value(v).producer)) stage = std::max(stage, stage_of[root_of(v)]);
+      }
+    }
+    step.stage = stage;
+    auto define = [&](ValueId v) {
+      has_storage[v] = true;
+      stage_of[v] = stage;
+    };
     if (members.size() == 1 && op_has_trait(first.op, kTraitSource)) {
       // Constants: computed once, now. Groups that read them fold the value into their code too.
       Status st = backend.supports(first.op, input_types(first), first.attrs);
       if (!st.ok()) return with_context(st.error(), g.node_label(members[0]));
-      for (ValueId v : first.outputs) KILN_TRY(allocate(v));
       std::vector<DeviceTensor> outs;
-      for (ValueId v : first.outputs) outs.push_back(plan->tensors_[v]);
+      for (ValueId v : first.outputs) {
+        KILN_TRY(allocate_now(v));
+        stage_of[v] = Binding::weight;
+        outs.push_back(plan->tensors_[v]);
+      }
       KILN_TRY(backend.run_library(first.op, first.attrs, {}, outs));
       ++plan->summary_.constants;
       continue;
@@ -118,77 +179,193 @@ Result<std::unique_ptr<Plan>> Plan::build(Backend& backend, const Graph& graph, 
       step.kind = Step::Kind::library;
       step.inputs = first.inputs;
       step.outputs = first.outputs;
-      for (ValueId v : first.outputs) KILN_TRY(allocate(v));
-      plan->steps_.push_back(step);
+      for (ValueId v : first.outputs) define(v);
+      steps.push_back(step);
       ++plan->summary_.library_calls;
       continue;
     }
-    auto lowered = kernel::lower_nodes(g, members, fmt::format("k{}", kernels.size()));
+    auto lowered = kernel::lower_nodes(g, members, fmt::format("k{}", lowered_kernels.size()));
     if (!lowered.ok()) {
       if (!options.reference_fallback) return with_context(lowered.error(), step.label);
       plan->summary_.notes.push_back(step.label + " runs on the reference: " + lowered.error().message);
       step.kind = Step::Kind::fallback;
       for (NodeId m : members) {
-        for (ValueId v : g.node(m).outputs) KILN_TRY(allocate(v));
+        for (ValueId v : g.node(m).inputs) {
+          if (!member_set.count(g.value(v).producer)) step.inputs.push_back(v);
+        }
+        for (ValueId v : g.node(m).outputs) {
+          define(v);
+          step.outputs.push_back(v);
+        }
       }
-      plan->steps_.push_back(step);
+      steps.push_back(step);
       ++plan->summary_.fallbacks;
       continue;
     }
-    kernel::Kernel& k = kernels.emplace_back(std::move(lowered).value());
+    kernel::Kernel k = std::move(lowered).value();
     const std::vector<int64_t> alias = kernel::alias_offsets(k);
-    if (!alias.empty() && plan->tensors_.count(k.inputs[0].value)) {
-      const DeviceTensor& base = plan->tensors_[k.inputs[0].value];
+    if (!alias.empty() && has_storage[k.inputs[0].value]) {
+      const ValueId in = k.inputs[0].value;
+      const AliasOf base = alias_of.count(in) ? alias_of.at(in) : AliasOf{in, 0};
       for (size_t i = 0; i < k.outputs.size(); ++i) {
-        const size_t es = dtype_size(k.outputs[i].type.dtype);
-        plan->tensors_[k.outputs[i].value] =
-            DeviceTensor{static_cast<std::byte*>(base.data) + alias[i] * static_cast<int64_t>(es), k.outputs[i].type};
+        const auto es = static_cast<int64_t>(dtype_size(k.outputs[i].type.dtype));
+        const ValueId out = k.outputs[i].value;
+        alias_of[out] = AliasOf{base.base, base.byte_offset + alias[i] * es};
+        has_storage[out] = true;
+        stage_of[out] = stage_of[base.base];
       }
       ++plan->summary_.aliases;
-      kernels.pop_back();
       continue;
     }
     step.kind = Step::Kind::kernel;
-    step.kernel_index = static_cast<int>(to_emit.size());
+    step.kernel_index = static_cast<int>(lowered_kernels.size());
     for (const kernel::KernelParam& p : k.inputs) step.inputs.push_back(p.value);
     for (const kernel::KernelParam& p : k.outputs) {
       step.outputs.push_back(p.value);
-      KILN_TRY(allocate(p.value));
+      define(p.value);
     }
     auto chosen = options.schedules.find(kernel::kernel_hash(k));
-    const kernel::Schedule schedule = chosen != options.schedules.end()
-                                          ? chosen->second
-                                          : kernel::default_schedule(k, backend.target(), backend.device().compute_units);
-    to_emit.push_back({&k, schedule, fmt::format("kiln_k{}", step.kernel_index)});
-    plan->steps_.push_back(step);
+    schedules.push_back(chosen != options.schedules.end()
+                            ? chosen->second
+                            : kernel::default_schedule(k, backend.target(), backend.device().compute_units));
+    lowered_kernels.push_back(std::move(k));
+    steps.push_back(step);
     ++plan->summary_.kernels;
   }
-  if (!to_emit.empty()) {
+  for (const GraphOutput& o : g.outputs()) {
+    if (!has_storage[o.value]) {
+      return make_error(ErrorCode::verify_error, "plan: output '" + o.name + "' is never computed");
+    }
+  }
+
+  // Stages in order. A step's stage is at least that of every step it reads, so a stable sort keeps the
+  // topological order within and across stages.
+  std::stable_sort(steps.begin(), steps.end(), [](const Step& a, const Step& b) { return a.stage < b.stage; });
+  for (const Step& s : steps) {
+    if (s.stage == Binding::weight) ++plan->load_end_;
+    if (s.stage != Binding::per_call) ++plan->per_step_end_;
+  }
+  plan->summary_.load_steps = static_cast<int>(plan->load_end_);
+  plan->summary_.per_step_steps = static_cast<int>(plan->per_step_end_ - plan->load_end_);
+  plan->summary_.per_call_steps = static_cast<int>(steps.size() - plan->per_step_end_);
+
+  // Values that outlive the call: graph outputs (through any view of them).
+  std::set<ValueId> kept;
+  for (const GraphOutput& o : g.outputs()) kept.insert(root_of(o.value));
+  // Per-step results the call stage or an output reads: what the per-step cache keeps.
+  std::set<ValueId> cached;
+  auto note_per_step_read = [&](ValueId v) {
+    const ValueId r = root_of(v);
+    if (stage_of[r] == Binding::per_step && !g.is_graph_input(r)) cached.insert(r);
+  };
+  for (size_t i = plan->per_step_end_; i < steps.size(); ++i) {
+    for (ValueId v : steps[i].inputs) note_per_step_read(v);
+  }
+  for (const GraphOutput& o : g.outputs()) note_per_step_read(o.value);
+  plan->cached_values_.assign(cached.begin(), cached.end());
+
+  // Memory: per-call intermediates live from the call step that writes them to the last call step that reads
+  // them (or a view of them); everything else owns its buffer.
+  std::vector<ValueId> pooled;
+  std::map<ValueId, MemoryRequest> lives;
+  for (size_t i = plan->per_step_end_; i < steps.size(); ++i) {
+    const int at = static_cast<int>(i - plan->per_step_end_);
+    for (ValueId v : steps[i].outputs) {
+      if (options.reuse_memory && !kept.count(v) && !lives.count(v)) {
+        lives[v] = MemoryRequest{static_cast<int64_t>(type_bytes(g.value(v).type)), at, at};
+        pooled.push_back(v);
+      }
+    }
+    for (ValueId v : steps[i].inputs) {
+      auto it = lives.find(root_of(v));
+      if (it != lives.end()) it->second.last_step = std::max(it->second.last_step, at);
+    }
+  }
+  std::vector<MemoryRequest> requests;
+  for (ValueId v : pooled) requests.push_back(lives.at(v));
+  const MemoryPlan memory = plan_memory(requests);
+  int64_t owned_bytes = 0;
+  for (const DeviceTensor& t : plan->owned_) owned_bytes += static_cast<int64_t>(t.bytes());
+  for (const Step& s : steps) {
+    for (ValueId v : s.outputs) {
+      if (plan->tensors_.count(v) || lives.count(v)) continue;
+      KILN_TRY(allocate_now(v));
+      owned_bytes += static_cast<int64_t>(type_bytes(g.value(v).type));
+    }
+  }
+  if (memory.arena_bytes > 0) {
+    KILN_ASSIGN_OR_RETURN(DeviceTensor arena,
+                          backend.allocate(TensorType{DType::f32, {memory.arena_bytes / 4}}));
+    plan->owned_.push_back(arena);
+    for (size_t i = 0; i < pooled.size(); ++i) {
+      plan->tensors_[pooled[i]] = DeviceTensor{static_cast<std::byte*>(arena.data) + memory.offsets[i],
+                                               g.value(pooled[i]).type};
+    }
+  }
+  for (const auto& [v, a] : alias_of) {
+    const DeviceTensor& base = plan->tensors_.at(a.base);
+    plan->tensors_[v] = DeviceTensor{static_cast<std::byte*>(base.data) + a.byte_offset, g.value(v).type};
+  }
+  int64_t intermediate_bytes = 0;
+  for (const MemoryRequest& r : requests) intermediate_bytes += r.bytes;
+  plan->summary_.intermediate_bytes = intermediate_bytes;
+  plan->summary_.arena_bytes = memory.arena_bytes;
+  plan->summary_.memory_bytes_without_reuse = owned_bytes + intermediate_bytes;
+  plan->summary_.memory_bytes = owned_bytes + memory.arena_bytes;
+  plan->steps_ = std::move(steps);
+
+  if (!lowered_kernels.empty()) {
+    std::vector<kernel::KernelToEmit> to_emit;
+    for (size_t i = 0; i < lowered_kernels.size(); ++i) {
+      to_emit.push_back({&lowered_kernels[i], schedules[i], fmt::format("kiln_k{}", i)});
+    }
     KILN_ASSIGN_OR_RETURN(kernel::EmittedModule module, kernel::emit_module(to_emit, backend.target()));
     const auto start = std::chrono::steady_clock::now();
     KILN_ASSIGN_OR_RETURN(plan->module_, backend.compile(module));
     plan->summary_.compile_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     plan->source_ = module.source;
-  }
-  for (const GraphOutput& o : g.outputs()) {
-    if (!plan->tensors_.count(o.value)) {
-      return make_error(ErrorCode::verify_error, "plan: output '" + o.name + "' is never computed");
+    for (size_t i = 0; i < lowered_kernels.size(); ++i) {
+      std::string hash = kernel::kernel_hash(lowered_kernels[i]);
+      plan->kernels_.push_back(
+          PlanKernel{std::move(lowered_kernels[i]), schedules[i], to_emit[i].entry, std::move(hash)});
     }
   }
   return plan;
 }
 
 Status Plan::set_inputs(const std::map<std::string, Tensor>& inputs) {
-  for (const GraphInput& in : graph_.inputs()) {
+  for (size_t i = 0; i < graph_.inputs().size(); ++i) {
+    const GraphInput& in = graph_.inputs()[i];
     const Value& v = graph_.value(in.value);
     auto it = inputs.find(v.name);
     if (it == inputs.end()) {
+      if (input_given_[i]) continue;
       return make_error(ErrorCode::invalid_argument, "plan: graph input %" + v.name + " (" + type_to_string(v.type) +
                                                          ") is not given");
     }
+    // Weights and per-step values given again unchanged cost a hash, not a copy (nor a reload).
+    if (in.binding != Binding::per_call) {
+      const uint64_t hash = tensor_content_hash(it->second);
+      auto known = input_hash_.find(in.value);
+      if (input_given_[i] && known != input_hash_.end() && known->second == hash) continue;
+      input_hash_[in.value] = hash;
+    }
     KILN_TRY(backend_.copy_to_device(it->second, tensors_.at(in.value)));
+    input_given_[i] = true;
+    if (in.binding == Binding::weight) load_pending_ = true;
   }
   return ok_status();
+}
+
+uint64_t Plan::per_step_key() const {
+  uint64_t h = kFnvBasis;
+  for (const GraphInput& in : graph_.inputs()) {
+    if (in.binding != Binding::per_step) continue;
+    auto it = input_hash_.find(in.value);
+    const uint64_t hash = it == input_hash_.end() ? 0 : it->second;
+    h = fnv1a(h, &hash, sizeof hash);
+  }
+  return h;
 }
 
 Status Plan::run_fallback(const Step& step) {
@@ -210,8 +387,9 @@ Status Plan::run_fallback(const Step& step) {
   return ok_status();
 }
 
-Status Plan::execute() {
-  for (const Step& step : steps_) {
+Status Plan::run_steps(size_t begin, size_t end) {
+  for (size_t i = begin; i < end; ++i) {
+    const Step& step = steps_[i];
     std::vector<DeviceTensor> in, out;
     for (ValueId v : step.inputs) in.push_back(tensors_.at(v));
     for (ValueId v : step.outputs) out.push_back(tensors_.at(v));
@@ -227,6 +405,66 @@ Status Plan::execute() {
     }
     if (!st.ok()) return with_context(st.error(), step.label);
   }
+  return ok_status();
+}
+
+Status Plan::run_per_step_stage() {
+  const uint64_t key = per_step_key();
+  if (resident_key_ == key) {
+    ++stats_.per_step_hits;
+    return ok_status();
+  }
+  for (PerStepEntry& entry : per_step_cache_) {
+    if (!entry.valid || entry.key != key) continue;
+    for (size_t i = 0; i < cached_values_.size(); ++i) KILN_TRY(backend_.copy(entry.values[i], tensors_.at(cached_values_[i])));
+    entry.last_used = ++cache_clock_;
+    resident_key_ = key;
+    ++stats_.per_step_hits;
+    return ok_status();
+  }
+  ++stats_.per_step_misses;
+  resident_key_.reset();
+  KILN_TRY(run_steps(load_end_, per_step_end_));
+  const auto capacity = static_cast<size_t>(options_.per_step_cache_entries);
+  if (capacity == 0) return ok_status();
+  resident_key_ = key;
+  // One entry is the working buffers themselves; more keep copies, the least recently used replaced.
+  if (capacity == 1) return ok_status();
+  PerStepEntry* slot = nullptr;
+  for (PerStepEntry& entry : per_step_cache_) {
+    if (!entry.valid) slot = &entry;
+  }
+  if (!slot && per_step_cache_.size() < capacity) {
+    PerStepEntry& fresh = per_step_cache_.emplace_back();
+    for (ValueId v : cached_values_) {
+      KILN_ASSIGN_OR_RETURN(DeviceTensor t, backend_.allocate(graph_.value(v).type));
+      owned_.push_back(t);
+      fresh.values.push_back(t);
+    }
+    slot = &fresh;
+  } else if (!slot) {
+    slot = &*std::min_element(per_step_cache_.begin(), per_step_cache_.end(),
+                              [](const PerStepEntry& a, const PerStepEntry& b) { return a.last_used < b.last_used; });
+  }
+  slot->valid = true;
+  slot->key = key;
+  slot->last_used = ++cache_clock_;
+  for (size_t i = 0; i < cached_values_.size(); ++i) KILN_TRY(backend_.copy(tensors_.at(cached_values_[i]), slot->values[i]));
+  return ok_status();
+}
+
+Status Plan::execute() {
+  ++stats_.executes;
+  if (load_pending_) {
+    KILN_TRY(run_steps(0, load_end_));
+    load_pending_ = false;
+    ++stats_.load_runs;
+    // Per-step results depend on the weights.
+    for (PerStepEntry& entry : per_step_cache_) entry.valid = false;
+    resident_key_.reset();
+  }
+  if (per_step_end_ > load_end_) KILN_TRY(run_per_step_stage());
+  KILN_TRY(run_steps(per_step_end_, steps_.size()));
   return backend_.synchronize();
 }
 

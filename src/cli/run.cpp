@@ -1,5 +1,7 @@
 // kiln run MODEL: runs a model on the reference executor (the oracle) and prints, per output, its statistics
-// and a checksum of its bytes. Inputs are seeded random unless given in a safetensors file.
+// and a checksum of its bytes. Inputs are seeded random unless given in a safetensors file. With --backend it
+// also runs the optimized graph's Plan; --save-plan writes that plan as an artifact and --plan runs a saved
+// one (backend/plan_artifact.h); --workload/--bucket pick the model of one workload bucket (workload/workload.h).
 #include <fmt/format.h>
 
 #include <chrono>
@@ -8,12 +10,14 @@
 
 #include "cli/commands.h"
 #include "backend/plan.h"
+#include "backend/plan_artifact.h"
 #include "cli/model_source.h"
 #include "harness/compare.h"
 #include "passes/pipeline.h"
 #include "models/weights.h"
 #include "ref/executor.h"
 #include "util/format.h"
+#include "workload/workload.h"
 
 namespace kiln::cli {
 namespace {
@@ -26,6 +30,11 @@ struct RunArgs {
   double max_memory_gb = 8.0;
   bool as_json = false;
   std::string backend;  // empty: the reference executor only
+  std::string save_plan;  // write the backend's plan here
+  std::string plan;       // run this saved plan instead of optimizing MODEL
+  std::string workload;   // a workload file; MODEL becomes its bucket's model
+  std::string bucket;     // which bucket (default: the first)
+  bool model_given = false;
   ModelSourceOptions source;
 };
 
@@ -88,15 +97,29 @@ int64_t longest_accumulation(const Graph& graph) {
   return k;
 }
 
-// Runs the optimized graph's fused plan on a backend and compares it with the reference outputs of the
-// original graph (and of the optimized one, which the plan must match within the numerics policy).
-Result<nlohmann::json> run_on_backend(const std::string& name, const Graph& graph,
+// A backend and, with --plan, the saved plan loaded on it (whose model the run then uses).
+struct BackendRun {
+  std::unique_ptr<backend::Backend> backend;
+  std::unique_ptr<backend::Plan> plan;
+  backend::PlanArtifactInfo info;
+  std::vector<std::string> warnings;
+};
+
+// Runs the optimized graph's fused plan (or the loaded one) on a backend and compares it with the reference
+// outputs of the original graph (and of the optimized one, which the plan must match within the numerics
+// policy).
+Result<nlohmann::json> run_on_backend(BackendRun& run, const RunArgs& args, const Graph& graph,
                                       const std::map<std::string, Tensor>& inputs,
                                       const std::map<std::string, Tensor>& reference) {
-  KILN_ASSIGN_OR_RETURN(auto backend, backend::make_backend(name));
-  KILN_ASSIGN_OR_RETURN(passes::PipelineResult optimized, passes::run_pipeline(graph));
-  KILN_ASSIGN_OR_RETURN(auto optimized_reference, ref::run_graph(optimized.graph, inputs));
-  KILN_ASSIGN_OR_RETURN(auto plan, backend::Plan::build(*backend, optimized.graph));
+  backend::Backend* backend = run.backend.get();
+  const std::string& name = args.backend;
+  if (!run.plan) {
+    KILN_ASSIGN_OR_RETURN(passes::PipelineResult optimized, passes::run_pipeline(graph));
+    KILN_ASSIGN_OR_RETURN(run.plan, backend::Plan::build(*backend, optimized.graph));
+  }
+  backend::Plan* plan = run.plan.get();
+  KILN_ASSIGN_OR_RETURN(auto optimized_reference, ref::run_graph(plan->graph(), inputs));
+  if (!args.save_plan.empty()) KILN_TRY(backend::save_plan_artifact(*plan, run.info, args.save_plan));
   KILN_TRY(plan->set_inputs(inputs));
   KILN_TRY(plan->execute());  // warm
   const auto start = std::chrono::steady_clock::now();
@@ -104,10 +127,18 @@ Result<nlohmann::json> run_on_backend(const std::string& name, const Graph& grap
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   KILN_ASSIGN_OR_RETURN(auto outputs, plan->outputs());
   const backend::PlanSummary& s = plan->summary();
+  std::vector<std::string> notes = run.warnings;
+  notes.insert(notes.end(), s.notes.begin(), s.notes.end());
   nlohmann::json j = {{"name", name}, {"device", backend->device().name}, {"kernels", s.kernels},
                       {"library_calls", s.library_calls}, {"aliases", s.aliases}, {"fallbacks", s.fallbacks},
-                      {"compile_seconds", s.compile_seconds}, {"run_seconds", seconds}, {"notes", s.notes}};
-  const int64_t k = longest_accumulation(optimized.graph);
+                      {"compile_seconds", s.compile_seconds}, {"run_seconds", seconds}, {"notes", notes},
+                      {"stages", {{"load", s.load_steps}, {"per_step", s.per_step_steps}, {"per_call", s.per_call_steps}}},
+                      {"per_step_hits", plan->stats().per_step_hits}, {"per_step_misses", plan->stats().per_step_misses},
+                      {"memory_bytes", s.memory_bytes}, {"memory_bytes_without_reuse", s.memory_bytes_without_reuse},
+                      {"bucket", run.info.bucket}};
+  if (!args.plan.empty()) j["plan_file"] = args.plan;
+  if (!args.save_plan.empty()) j["saved_plan"] = args.save_plan;
+  const int64_t k = longest_accumulation(plan->graph());
   for (const auto& [out, want] : reference) {
     const Tensor& got = outputs.at(out);
     const harness::Comparison vs_original = harness::compare_output(want, got, {}, false, k);
@@ -125,7 +156,65 @@ Result<nlohmann::json> run_on_backend(const std::string& name, const Graph& grap
   return j;
 }
 
-int run(const RunArgs& args) {
+// Resolves --plan (the model comes from the artifact) and --workload/--bucket (the model of a bucket).
+Result<BackendRun> prepare_backend_run(RunArgs& args) {
+  BackendRun run;
+  run.info.model = args.model;
+  if (!args.plan.empty() || !args.save_plan.empty()) {
+    if (args.backend.empty()) {
+      return make_error(ErrorCode::invalid_argument, std::string(args.plan.empty() ? "--save-plan" : "--plan") +
+                                                         " needs --backend (cpu, or cuda in CUDA builds)");
+    }
+  }
+  if (!args.workload.empty()) {
+    if (!args.plan.empty()) return make_error(ErrorCode::invalid_argument, "--workload and --plan exclude each other");
+    KILN_ASSIGN_OR_RETURN(workload::Workload w, workload::load_workload(args.workload));
+    if (!args.model_given && !w.model.empty()) args.model = w.model;
+    const workload::WorkloadBucket* bucket = &w.buckets[0];
+    if (!args.bucket.empty()) {
+      bucket = nullptr;
+      std::string names;
+      for (const workload::WorkloadBucket& b : w.buckets) {
+        names += (names.empty() ? "" : ", ") + b.name;
+        if (b.name == args.bucket) bucket = &b;
+      }
+      if (!bucket) {
+        return make_error(ErrorCode::invalid_argument, "workload " + args.workload + " has no bucket '" + args.bucket +
+                                                           "'; its buckets: " + names);
+      }
+    }
+    KILN_ASSIGN_OR_RETURN(workload::BucketModel m, workload::workload_model_spec(args.model, *bucket));
+    args.model = m.spec;
+    args.source.dims.insert(args.source.dims.end(), m.dims.begin(), m.dims.end());
+    run.info.bucket = bucket->name;
+    run.info.bucket_dims = bucket->dims;
+  } else if (!args.bucket.empty()) {
+    return make_error(ErrorCode::invalid_argument, "--bucket needs --workload");
+  }
+  run.info.model = args.model;
+  run.info.model_dims = args.source.dims;
+  run.info.model_per_step = args.source.per_step;
+  if (args.backend.empty()) return run;
+  KILN_ASSIGN_OR_RETURN(run.backend, backend::make_backend(args.backend));
+  if (!args.plan.empty()) {
+    KILN_ASSIGN_OR_RETURN(backend::LoadedPlan loaded, backend::load_plan_artifact(*run.backend, args.plan));
+    if (args.model_given && args.model != loaded.info.model) {
+      return make_error(ErrorCode::invalid_argument, "plan " + args.plan + " was built for " + loaded.info.model +
+                                                         ", not " + args.model + "; leave MODEL out with --plan");
+    }
+    args.model = loaded.info.model;
+    args.source.dims = loaded.info.model_dims;
+    args.source.per_step = loaded.info.model_per_step;
+    run.plan = std::move(loaded.plan);
+    run.info = loaded.info;
+    run.warnings = loaded.warnings;
+  }
+  return run;
+}
+
+int run(RunArgs args) {
+  auto prepared = prepare_backend_run(args);
+  if (!prepared.ok()) return report_error(prepared.error());
   auto loaded = load_model_with_weights(args.model, args.source);
   if (!loaded.ok()) return report_error(loaded.error());
   Graph* graph = &loaded->graph;
@@ -162,7 +251,7 @@ int run(const RunArgs& args) {
   result["reference_seconds"] = seconds;
   for (const auto& [name, tensor] : *outputs) result["outputs"][name] = tensor_summary(tensor);
   if (!args.backend.empty()) {
-    auto backend_result = run_on_backend(args.backend, *graph, inputs, *outputs);
+    auto backend_result = run_on_backend(*prepared, args, *graph, inputs, *outputs);
     if (!backend_result.ok()) return report_error(backend_result.error());
     result["backend"] = *backend_result;
   }
@@ -182,6 +271,14 @@ int run(const RunArgs& args) {
                b["name"].get<std::string>(), b["device"].get<std::string>(), b["kernels"].get<int>(),
                b["library_calls"].get<int>(), b["aliases"].get<int>(), b["fallbacks"].get<int>(),
                b["compile_seconds"].get<double>(), b["run_seconds"].get<double>());
+    fmt::print("  stages: {} load, {} per-step, {} per-call steps; per-step stage computed {}x, reused {}x; memory {} "
+               "({} with one buffer per intermediate); bucket {}\n",
+               b["stages"]["load"].get<int>(), b["stages"]["per_step"].get<int>(), b["stages"]["per_call"].get<int>(),
+               b["per_step_misses"].get<int64_t>(), b["per_step_hits"].get<int64_t>(),
+               format_bytes(b["memory_bytes"].get<double>()), format_bytes(b["memory_bytes_without_reuse"].get<double>()),
+               b["bucket"].get<std::string>());
+    if (b.contains("plan_file")) fmt::print("  plan loaded from {}\n", b["plan_file"].get<std::string>());
+    if (b.contains("saved_plan")) fmt::print("  plan saved to {}\n", b["saved_plan"].get<std::string>());
     for (const auto& [name, o] : b["outputs"].items()) {
       fmt::print("  {:<10} max error vs reference {:.3g} ({:.2f}x the optimized graph's own error {:.3g}); vs the "
                  "reference of the optimized graph {:.3g} ({:.2f}x baseline): {}\n",
@@ -205,8 +302,8 @@ int run(const RunArgs& args) {
 void add_run_command(CLI::App& app, int* exit_code) {
   auto* cmd = app.add_subcommand("run", "Run a model on the reference executor: output statistics and checksums");
   auto args = std::make_shared<RunArgs>();
-  cmd->add_option("MODEL", args->model, "zoo:NAME[:key=value,...], a .json/.kiln graph or a .onnx model")
-      ->capture_default_str();
+  auto* model = cmd->add_option("MODEL", args->model, "zoo:NAME[:key=value,...], a .json/.kiln graph or a .onnx model")
+                    ->capture_default_str();
   add_model_source_options(cmd, &args->source);
   cmd->add_option("--seed", args->seed, "seed of the random inputs and weights")->capture_default_str();
   cmd->add_option("--inputs", args->inputs_file,
@@ -218,7 +315,15 @@ void add_run_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--backend", args->backend,
                   "also run the optimized graph's fused plan on this backend (cpu, or cuda in builds with the CUDA backend) and report its error vs the "
                   "reference");
-  cmd->callback([=] { *exit_code = run(*args); });
+  cmd->add_option("--save-plan", args->save_plan, "with --backend: save the plan as an artifact (JSON) to this file");
+  cmd->add_option("--plan", args->plan,
+                  "with --backend: run this saved plan (its model, inputs seeded as usual) instead of optimizing MODEL");
+  cmd->add_option("--workload", args->workload, "a workload file (docs/workload.md): run the model of one bucket");
+  cmd->add_option("--bucket", args->bucket, "with --workload: the bucket by name (default: the first)");
+  cmd->callback([=] {
+    args->model_given = model->count() > 0;
+    *exit_code = run(*args);
+  });
 }
 
 }  // namespace kiln::cli

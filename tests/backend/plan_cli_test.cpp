@@ -1,0 +1,84 @@
+// `kiln run --save-plan` / `--plan` / `--workload` as a user runs them: a saved plan runs and matches the
+// reference; a damaged plan file or a bad workload is one clear error line and a failing exit code.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+namespace {
+
+struct CommandResult {
+  int exit_code;
+  std::string out;  // stdout and stderr together
+};
+
+CommandResult run_kiln(const std::string& args) {
+  const std::string command = std::string(KILN_CLI_PATH) + " " + args + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  EXPECT_NE(pipe, nullptr);
+  std::string out;
+  std::array<char, 4096> buffer;
+  size_t n;
+  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) out.append(buffer.data(), n);
+  const int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+std::filesystem::path temp_dir() {
+  auto dir = std::filesystem::temp_directory_path() / ("kiln_plan_cli_test_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+TEST(PlanCli, SavedPlanRunsAndDamagedPlanIsAClearError) {
+  const std::string plan = (temp_dir() / "q.json").string();
+  CommandResult saved = run_kiln("run zoo:qwen-image:tiny --backend cpu --save-plan " + plan);
+  ASSERT_EQ(saved.exit_code, 0) << saved.out;
+  EXPECT_NE(saved.out.find("plan saved to"), std::string::npos) << saved.out;
+  CommandResult loaded = run_kiln("run --plan " + plan + " --backend cpu");
+  ASSERT_EQ(loaded.exit_code, 0) << loaded.out;
+  EXPECT_NE(loaded.out.find("plan loaded from"), std::string::npos) << loaded.out;
+  EXPECT_NE(loaded.out.find(": ok"), std::string::npos) << loaded.out;
+  EXPECT_EQ(loaded.out.find("MISMATCH"), std::string::npos) << loaded.out;
+  // Same checksum as the run that saved it: the same model and seeded inputs.
+  const auto checksum = [](const std::string& out) { return out.substr(out.find("checksum")); };
+  EXPECT_EQ(checksum(saved.out), checksum(loaded.out));
+
+  std::string text;
+  {
+    std::ifstream in(plan);
+    text.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  {
+    std::ofstream out(plan, std::ios::trunc);
+    out << text.substr(0, text.size() / 3);
+  }
+  CommandResult truncated = run_kiln("run --plan " + plan + " --backend cpu");
+  EXPECT_NE(truncated.exit_code, 0);
+  EXPECT_NE(truncated.out.find("kiln: error: " + plan + ": not a complete JSON plan file"), std::string::npos)
+      << truncated.out;
+  EXPECT_NE(run_kiln("run --plan " + plan).out.find("--plan needs --backend"), std::string::npos);
+  std::filesystem::remove_all(temp_dir());
+}
+
+TEST(PlanCli, WorkloadBucketPicksTheModel) {
+  const std::string path = (temp_dir() / "w.json").string();
+  {
+    std::ofstream out(path);
+    out << R"({"model": "zoo:qwen-image:tiny", "buckets": [{"name": "small", "dims": {"image_tokens": 8}},
+              {"name": "cfg", "weight": 2, "dims": {"cfg": true}}]})";
+  }
+  CommandResult r = run_kiln("run --workload " + path + " --bucket cfg --backend cpu");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("zoo:qwen-image:tiny=1,cfg=2"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("bucket cfg"), std::string::npos) << r.out;
+  r = run_kiln("run --workload " + path + " --bucket huge");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.out.find("has no bucket 'huge'; its buckets: small, cfg"), std::string::npos) << r.out;
+  std::filesystem::remove_all(temp_dir());
+}
+
+}  // namespace

@@ -1,0 +1,87 @@
+// GPU: the runtime Plan's stages, memory plan and artifacts on the CUDA backend (each test skips without a
+// GPU). Shared per-call memory must change no bit of what the GPU computes; the per-step cache must serve
+// Qwen-Image's second call of a timestep; a saved plan reloads and computes the same bits.
+#include <gtest/gtest.h>
+
+#include "../backend/plan_test_util.h"
+#include "backend/plan_artifact.h"
+#include "cuda/cuda_backend.h"
+
+namespace kiln {
+namespace {
+
+backend::Backend* gpu_plan_backend(std::string* why) {
+  static Result<std::unique_ptr<backend::Backend>> b = cuda::make_cuda_backend();
+  if (!b.ok()) {
+    *why = b.error().message;
+    return nullptr;
+  }
+  return b->get();
+}
+
+#define KILN_REQUIRE_CUDA_PLAN_BACKEND()                \
+  std::string why;                                      \
+  backend::Backend* gpu = gpu_plan_backend(&why);       \
+  if (gpu == nullptr) GTEST_SKIP() << "needs a GPU: " << why
+
+TEST(GpuPlan, SharedMemoryMatchesOneBufferPerValueBitForBit) {
+  KILN_REQUIRE_CUDA_PLAN_BACKEND();
+  for (const std::string spec : {"flux1-double-block:tiny", "qwen-image:tiny", "flux2-dev:tiny"}) {
+    const Graph g = testing::optimized_zoo_model(spec);
+    backend::PlanOptions unshared;
+    unshared.reuse_memory = false;
+    auto a = backend::Plan::build(*gpu, g);
+    auto b = backend::Plan::build(*gpu, g, unshared);
+    ASSERT_TRUE(a.ok() && b.ok()) << spec;
+    EXPECT_LT((*a)->summary().memory_bytes, (*b)->summary().memory_bytes) << spec;
+    const auto inputs = models::random_inputs(g, 1);
+    auto x = (*a)->run(inputs);
+    auto y = (*b)->run(inputs);
+    ASSERT_TRUE(x.ok() && y.ok()) << spec;
+    EXPECT_EQ(testing::bitwise_equal(*x, *y), "") << spec;
+    EXPECT_EQ(testing::matches_reference(g, inputs, *x), "") << spec;
+  }
+}
+
+TEST(GpuPlan, QwenImagePerStepCacheOnTheGpu) {
+  KILN_REQUIRE_CUDA_PLAN_BACKEND();
+  const Graph g = testing::optimized_zoo_model("qwen-image:tiny");
+  auto plan = backend::Plan::build(*gpu, g);
+  ASSERT_TRUE(plan.ok()) << plan.error().message;
+  backend::Plan& p = **plan;
+  auto a = models::random_inputs(g, 1);
+  auto b = a;
+  std::vector<double> t = a.at("timesteps").to_f64();
+  for (double& x : t) x *= 0.5;
+  b["timesteps"] = Tensor::from_f64(a.at("timesteps").dtype(), a.at("timesteps").shape(), t);
+  auto first = p.run(a);
+  ASSERT_TRUE(first.ok());
+  ASSERT_TRUE(p.run(a).ok());
+  auto other = p.run(b);
+  ASSERT_TRUE(other.ok());
+  EXPECT_EQ(testing::matches_reference(g, b, *other), "");
+  auto again = p.run(a);  // from the cache: a copy on the device
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(p.stats().per_step_misses, 2);
+  EXPECT_EQ(p.stats().per_step_hits, 2);
+  EXPECT_EQ(testing::bitwise_equal(*first, *again), "");
+}
+
+TEST(GpuPlan, ArtifactRoundTrip) {
+  KILN_REQUIRE_CUDA_PLAN_BACKEND();
+  const Graph g = testing::optimized_zoo_model("flux1-double-block:tiny");
+  auto plan = backend::Plan::build(*gpu, g);
+  ASSERT_TRUE(plan.ok());
+  backend::PlanArtifactInfo info;
+  info.model = "zoo:flux1-double-block:tiny";
+  auto loaded = backend::parse_plan_artifact(*gpu, backend::plan_artifact_json(**plan, info), "gpu.json");
+  ASSERT_TRUE(loaded.ok()) << loaded.error().message;
+  const auto inputs = models::random_inputs(g, 2);
+  auto x = (*plan)->run(inputs);
+  auto y = loaded->plan->run(inputs);
+  ASSERT_TRUE(x.ok() && y.ok());
+  EXPECT_EQ(testing::bitwise_equal(*x, *y), "");
+}
+
+}  // namespace
+}  // namespace kiln
