@@ -96,7 +96,8 @@ BenchRun run_bench_worker(const KernelTask& task, const std::vector<std::string>
       options.min_samples,
       options.max_samples,
       options.sample_seconds,
-      std::max<int64_t>(1, (rotation + static_cast<int64_t>(slot_bytes) - 1) / static_cast<int64_t>(slot_bytes))};
+      std::clamp<int64_t>((rotation + static_cast<int64_t>(slot_bytes) - 1) / static_cast<int64_t>(slot_bytes), 1,
+                        options.max_rotation_slots)};
   run.rotation_bytes = request.bench.slots * static_cast<int64_t>(slot_bytes);
 
   WorkerOptions worker = options.worker;

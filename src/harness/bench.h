@@ -52,6 +52,9 @@ struct BenchOptions {
   int blocks = 10;
   double rotation_cache_multiple = 2.0;
   int64_t max_rotation_bytes = 1ll << 30;
+  // Each slot costs the worker its own tensor descriptors: a task of a few hundred bytes would otherwise ask
+  // for millions of slots (and die of bad_alloc). Past this count the copies are far apart in the rotation.
+  int64_t max_rotation_slots = 1 << 14;
   double confidence = 0.95;
   double tie_threshold = 0.02;         // A/B: a ratio within 1 +- this is a tie even when the interval excludes 1
   double floor_fraction = 1.0;         // quarantine below floor_fraction x the memory floor
