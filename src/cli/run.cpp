@@ -13,6 +13,8 @@
 #include "passes/pipeline.h"
 #include "models/weights.h"
 #include "ref/executor.h"
+#include "tune/apply.h"
+#include "tune/result_json.h"
 #include "util/format.h"
 
 namespace kiln::cli {
@@ -26,6 +28,7 @@ struct RunArgs {
   double max_memory_gb = 8.0;
   bool as_json = false;
   std::string backend;  // empty: the reference executor only
+  std::string schedules_file;  // a `kiln tune -o` result; empty: default schedules
   ModelSourceOptions source;
 };
 
@@ -92,11 +95,21 @@ int64_t longest_accumulation(const Graph& graph) {
 // original graph (and of the optimized one, which the plan must match within the numerics policy).
 Result<nlohmann::json> run_on_backend(const std::string& name, const Graph& graph,
                                       const std::map<std::string, Tensor>& inputs,
-                                      const std::map<std::string, Tensor>& reference) {
+                                      const std::map<std::string, Tensor>& reference,
+                                      const std::string& schedules_file) {
   KILN_ASSIGN_OR_RETURN(auto backend, backend::make_backend(name));
   KILN_ASSIGN_OR_RETURN(passes::PipelineResult optimized, passes::run_pipeline(graph));
+  backend::PlanOptions plan_options;
+  std::vector<std::string> schedule_notes;
+  if (!schedules_file.empty()) {
+    KILN_ASSIGN_OR_RETURN(tune::TuneResult tuned, tune::load_tune_result(schedules_file));
+    KILN_ASSIGN_OR_RETURN(tune::AppliedSchedules applied,
+                          tune::apply_tune_result(tuned, optimized.graph, backend->target(), "'" + schedules_file + "'"));
+    plan_options.schedules = applied.schedules;
+    schedule_notes = applied.notes;
+  }
   KILN_ASSIGN_OR_RETURN(auto optimized_reference, ref::run_graph(optimized.graph, inputs));
-  KILN_ASSIGN_OR_RETURN(auto plan, backend::Plan::build(*backend, optimized.graph));
+  KILN_ASSIGN_OR_RETURN(auto plan, backend::Plan::build(*backend, optimized.graph, plan_options));
   KILN_TRY(plan->set_inputs(inputs));
   KILN_TRY(plan->execute());  // warm
   const auto start = std::chrono::steady_clock::now();
@@ -106,7 +119,9 @@ Result<nlohmann::json> run_on_backend(const std::string& name, const Graph& grap
   const backend::PlanSummary& s = plan->summary();
   nlohmann::json j = {{"name", name}, {"device", backend->device().name}, {"kernels", s.kernels},
                       {"library_calls", s.library_calls}, {"aliases", s.aliases}, {"fallbacks", s.fallbacks},
-                      {"compile_seconds", s.compile_seconds}, {"run_seconds", seconds}, {"notes", s.notes}};
+                      {"compile_seconds", s.compile_seconds}, {"run_seconds", seconds}, {"notes", s.notes},
+                      {"tuned_kernels", plan_options.schedules.size()}};
+  for (const std::string& note : schedule_notes) j["notes"].push_back(note);
   const int64_t k = longest_accumulation(optimized.graph);
   for (const auto& [out, want] : reference) {
     const Tensor& got = outputs.at(out);
@@ -126,6 +141,10 @@ Result<nlohmann::json> run_on_backend(const std::string& name, const Graph& grap
 }
 
 int run(const RunArgs& args) {
+  if (!args.schedules_file.empty() && args.backend.empty()) {
+    return report_error(make_error(ErrorCode::invalid_argument,
+                                   "--schedules applies to a backend's plan; add --backend cpu (or cuda)"));
+  }
   auto loaded = load_model_with_weights(args.model, args.source);
   if (!loaded.ok()) return report_error(loaded.error());
   Graph* graph = &loaded->graph;
@@ -162,7 +181,7 @@ int run(const RunArgs& args) {
   result["reference_seconds"] = seconds;
   for (const auto& [name, tensor] : *outputs) result["outputs"][name] = tensor_summary(tensor);
   if (!args.backend.empty()) {
-    auto backend_result = run_on_backend(args.backend, *graph, inputs, *outputs);
+    auto backend_result = run_on_backend(args.backend, *graph, inputs, *outputs, args.schedules_file);
     if (!backend_result.ok()) return report_error(backend_result.error());
     result["backend"] = *backend_result;
   }
@@ -218,6 +237,9 @@ void add_run_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--backend", args->backend,
                   "also run the optimized graph's fused plan on this backend (cpu, or cuda in builds with the CUDA backend) and report its error vs the "
                   "reference");
+  cmd->add_option("--schedules", args->schedules_file,
+                  "with --backend: run the kernels with the tuned schedules of this `kiln tune -o` file (winners by "
+                  "kernel hash; ones for other kernels are ignored with a note)");
   cmd->callback([=] { *exit_code = run(*args); });
 }
 
