@@ -202,17 +202,19 @@ Result<KernelTuneResult> tune_kernel(const Graph& graph, const TuneTask& task, c
       harness_space(options.space ? options.space(k) : kernel::schedule_space(k, kernel::Target::cpu, cores));
   std::vector<Evaluated> all;
   std::vector<Schedule> tried;
-  auto run_round = [&](std::vector<Schedule> batch, const std::string& round) {
+  // The default and the unfused baseline are the reference points of every task: they are measured even
+  // when the budget is already spent; the budget bounds the search beyond them.
+  auto run_round = [&](std::vector<Schedule> batch, const std::string& round, Clock::time_point until) {
     const size_t room = static_cast<size_t>(std::max(0, options.max_candidates - static_cast<int>(tried.size())));
     if (batch.size() > room) {
       batch.resize(room);
       result.budget_exhausted = true;
     }
-    std::vector<Evaluated> done = evaluate_parallel(harness_task, k, batch, round, options, deadline);
+    std::vector<Evaluated> done = evaluate_parallel(harness_task, k, batch, round, options, until);
     if (done.size() < batch.size()) result.budget_exhausted = true;
     for (Evaluated& e : done) {
       tried.push_back(e.record.schedule);
-      if (Clock::now() < deadline) {
+      if (Clock::now() < until) {
         time_candidate(harness_task, e, options);
       } else if (!e.library.empty()) {
         result.budget_exhausted = true;
@@ -225,8 +227,8 @@ Result<KernelTuneResult> tune_kernel(const Graph& graph, const TuneTask& task, c
   std::vector<Schedule> first = initial_candidates(space, default_single, options.initial_candidates);
   first[0] = default_single;
   std::vector<Schedule> round0 = {first.begin() + 1, first.end()};
-  run_round({default_single}, "default");
-  run_round(round0, "initial");
+  run_round({default_single}, "default", Clock::time_point::max());
+  run_round(round0, "initial", deadline);
   for (int r = 1; r <= options.max_rounds && Clock::now() < deadline; ++r) {
     const Evaluated* best = fastest(all);
     if (!best) break;
@@ -234,7 +236,7 @@ Result<KernelTuneResult> tune_kernel(const Graph& graph, const TuneTask& task, c
     const double best_time = best->record.time.median;
     std::vector<Schedule> next = untried_neighbours(space, center, tried);
     if (next.empty() || static_cast<int>(tried.size()) >= options.max_candidates) break;
-    run_round(next, fmt::format("refine {}", r));
+    run_round(next, fmt::format("refine {}", r), deadline);
     const Evaluated* now = fastest(all);
     if (!now || now->record.time.median >= best_time) break;  // the round found nothing better
   }
@@ -279,11 +281,7 @@ Result<KernelTuneResult> tune_kernel(const Graph& graph, const TuneTask& task, c
       result.decision = "the fastest candidate did not beat the default in A/B (a tie keeps the default)";
     }
   }
-  if (options.measure_baseline && task.members.size() > 1 && Clock::now() < deadline) {
-    measure_baseline(graph, task, options, cores, result);
-  } else if (task.members.size() > 1) {
-    result.baseline_note = options.measure_baseline ? "not measured: the budget ran out" : "not measured";
-  }
+  if (options.measure_baseline && task.members.size() > 1) measure_baseline(graph, task, options, cores, result);
   for (Evaluated& e : all) {
     remove_dir(e.scratch);
     result.candidates.push_back(std::move(e.record));

@@ -11,7 +11,8 @@
 //   3. the survivors are timed one after another with the benchmark protocol (harness/bench.h), never beside
 //      each other or a compile;
 //   4. local search refines around the best until a round finds nothing better or the budget (seconds,
-//      candidates) runs out; exhaustion returns the best so far;
+//      candidates) runs out; exhaustion returns the best so far. The default schedule and the unfused
+//      baseline are measured even when the budget is spent: they are what every figure is compared with;
 //   5. a challenger only replaces the default when its own figure is lower AND it wins an interleaved A/B
 //      against the default (the default is the incumbent and wins ties), so noise does not pick winners.
 // The unfused baseline of a fused group (its member nodes each lowered as its own kernel with the default
