@@ -25,6 +25,7 @@ struct TuneArgs {
   std::string output;
   bool candidates = false;
   bool quiet = false;
+  bool no_baseline = false;
   ModelSourceOptions source;
 };
 
@@ -86,6 +87,7 @@ int run_tune(const TuneArgs& args) {
   options.budget_seconds = args.budget_seconds;
   options.max_candidates = args.max_candidates;
   options.jobs = args.jobs;
+  options.measure_baseline = !args.no_baseline;
   if (!args.quiet) options.progress = [](const std::string& line) { fmt::print(stderr, "tuned {}\n", line); };
   auto result = tune::tune_graph(optimized->graph, backend->get(), options);
   if (!result.ok()) return report_error(result.error());
@@ -116,6 +118,7 @@ void add_tune_command(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->add_option("-o,--output", args->output, "write winners by kernel hash and all evidence to this JSON file");
   cmd->add_flag("--candidates", args->candidates, "also print every candidate of every task");
+  cmd->add_flag("--no-baseline", args->no_baseline, "do not time the unfused baseline of fused groups");
   cmd->add_flag("--quiet", args->quiet, "no progress lines on stderr");
   cmd->callback([=] { *exit_code = run_tune(*args); });
 }

@@ -49,7 +49,7 @@ constexpr const char* kModel = "zoo:flux1-double-block:tiny";
 
 TEST(TuneCli, TuneWritesResultsThatRunApplies) {
   const auto file = temp_dir() / "tuned.json";
-  auto tuned = run_kiln(std::string("tune ") + kModel + " --backend cpu --budget 20 --max-candidates 2 --jobs 2 --quiet -o " +
+  auto tuned = run_kiln(std::string("tune ") + kModel + " --backend cpu --budget 10 --max-candidates 1 --no-baseline --jobs 2 --quiet -o " +
                         file.string());
   ASSERT_EQ(tuned.exit_code, 0) << tuned.out;
   EXPECT_NE(tuned.out.find("kernel hash"), std::string::npos) << tuned.out;
