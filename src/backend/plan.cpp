@@ -14,9 +14,7 @@
 
 namespace kiln::backend {
 
-namespace {
-
-bool is_library(Op op) {
+bool is_library_op(Op op) {
   // pack_scales is a load-time layout change of weight scales: a host op on every backend.
   return op_has_trait(op, kTraitMatmul) || op_has_trait(op, kTraitAttention) || op == Op::gather ||
          op == Op::pack_scales;
@@ -173,7 +171,7 @@ Result<std::unique_ptr<Plan>> Plan::build(Backend& backend, const Graph& graph, 
       ++plan->summary_.constants;
       continue;
     }
-    if (members.size() == 1 && is_library(first.op)) {
+    if (members.size() == 1 && is_library_op(first.op)) {
       Status st = backend.supports(first.op, input_types(first), first.attrs);
       if (!st.ok()) return with_context(st.error(), g.node_label(members[0]));
       step.kind = Step::Kind::library;

@@ -28,6 +28,10 @@
 
 namespace kiln::backend {
 
+// Whether a node outside any fused group runs as a backend library call (GEMMs, attention, gather,
+// pack_scales) rather than as a generated kernel; the tuner (tune/task.h) splits work the same way.
+bool is_library_op(Op op);
+
 struct PlanOptions {
   // Schedules by kernel hash (kernel::kernel_hash), e.g. a tuner's winners; other kernels take
   // kernel::default_schedule.

@@ -16,6 +16,8 @@
 #include "passes/pipeline.h"
 #include "models/weights.h"
 #include "ref/executor.h"
+#include "tune/apply.h"
+#include "tune/result_json.h"
 #include "util/format.h"
 #include "workload/workload.h"
 
@@ -35,6 +37,7 @@ struct RunArgs {
   std::string workload;   // a workload file; MODEL becomes its bucket's model
   std::string bucket;     // which bucket (default: the first)
   bool model_given = false;
+  std::string schedules_file;  // a `kiln tune -o` result; empty: default schedules
   ModelSourceOptions source;
 };
 
@@ -113,9 +116,21 @@ Result<nlohmann::json> run_on_backend(BackendRun& run, const RunArgs& args, cons
                                       const std::map<std::string, Tensor>& reference) {
   backend::Backend* backend = run.backend.get();
   const std::string& name = args.backend;
+  std::vector<std::string> schedule_notes;
+  size_t tuned_kernels = 0;
   if (!run.plan) {
     KILN_ASSIGN_OR_RETURN(passes::PipelineResult optimized, passes::run_pipeline(graph));
-    KILN_ASSIGN_OR_RETURN(run.plan, backend::Plan::build(*backend, optimized.graph));
+    backend::PlanOptions plan_options;
+    if (!args.schedules_file.empty()) {
+      KILN_ASSIGN_OR_RETURN(tune::TuneResult tuned, tune::load_tune_result(args.schedules_file));
+      KILN_ASSIGN_OR_RETURN(tune::AppliedSchedules applied,
+                            tune::apply_tune_result(tuned, optimized.graph, backend->target(),
+                                                    "'" + args.schedules_file + "'"));
+      plan_options.schedules = applied.schedules;
+      schedule_notes = applied.notes;
+    }
+    tuned_kernels = plan_options.schedules.size();
+    KILN_ASSIGN_OR_RETURN(run.plan, backend::Plan::build(*backend, optimized.graph, plan_options));
   }
   backend::Plan* plan = run.plan.get();
   KILN_ASSIGN_OR_RETURN(auto optimized_reference, ref::run_graph(plan->graph(), inputs));
@@ -135,7 +150,8 @@ Result<nlohmann::json> run_on_backend(BackendRun& run, const RunArgs& args, cons
                       {"stages", {{"load", s.load_steps}, {"per_step", s.per_step_steps}, {"per_call", s.per_call_steps}}},
                       {"per_step_hits", plan->stats().per_step_hits}, {"per_step_misses", plan->stats().per_step_misses},
                       {"memory_bytes", s.memory_bytes}, {"memory_bytes_without_reuse", s.memory_bytes_without_reuse},
-                      {"bucket", run.info.bucket}};
+                      {"bucket", run.info.bucket}, {"tuned_kernels", tuned_kernels}};
+  for (const std::string& note : schedule_notes) j["notes"].push_back(note);
   if (!args.plan.empty()) j["plan_file"] = args.plan;
   if (!args.save_plan.empty()) j["saved_plan"] = args.save_plan;
   const int64_t k = longest_accumulation(plan->graph());
@@ -160,6 +176,14 @@ Result<nlohmann::json> run_on_backend(BackendRun& run, const RunArgs& args, cons
 Result<BackendRun> prepare_backend_run(RunArgs& args) {
   BackendRun run;
   run.info.model = args.model;
+  if (!args.schedules_file.empty()) {
+    if (args.backend.empty()) {
+      return make_error(ErrorCode::invalid_argument, "--schedules applies to a backend's plan; add --backend cpu (or cuda)");
+    }
+    if (!args.plan.empty()) {
+      return make_error(ErrorCode::invalid_argument, "--schedules and --plan exclude each other: a saved plan carries its schedules");
+    }
+  }
   if (!args.plan.empty() || !args.save_plan.empty()) {
     if (args.backend.empty()) {
       return make_error(ErrorCode::invalid_argument, std::string(args.plan.empty() ? "--save-plan" : "--plan") +
@@ -315,6 +339,9 @@ void add_run_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--backend", args->backend,
                   "also run the optimized graph's fused plan on this backend (cpu, or cuda in builds with the CUDA backend) and report its error vs the "
                   "reference");
+  cmd->add_option("--schedules", args->schedules_file,
+                  "with --backend: run the kernels with the tuned schedules of this `kiln tune -o` file (winners by "
+                  "kernel hash; ones for other kernels are ignored with a note)");
   cmd->add_option("--save-plan", args->save_plan, "with --backend: save the plan as an artifact (JSON) to this file");
   cmd->add_option("--plan", args->plan,
                   "with --backend: run this saved plan (its model, inputs seeded as usual) instead of optimizing MODEL");
