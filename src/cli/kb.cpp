@@ -3,6 +3,7 @@
 // change it.
 #include <fmt/format.h>
 
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -178,6 +179,11 @@ void add_kb_command(CLI::App& app, int* exit_code) {
   };
   // Runs `body` on the opened knowledge base and reports its error.
   auto run = [path, exit_code](kb::OpenMode mode, std::function<Status(kb::KnowledgeBase&)> body) {
+    if (mode == kb::OpenMode::must_exist && !std::filesystem::exists(*path)) {
+      *exit_code = report_error(make_error(ErrorCode::io_error, "no knowledge base at " + *path +
+                                                                    " (give --kb FILE, or create one with kiln kb import)"));
+      return;
+    }
     auto kb = kb::KnowledgeBase::open(*path, mode);
     if (!kb.ok()) return void(*exit_code = report_error(kb.error()));
     Status status = body(*kb);
