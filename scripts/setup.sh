@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PACKAGES=(build-essential cmake ninja-build pkg-config git clang libclang-rt-14-dev
-          nlohmann-json3-dev libcli11-dev libfmt-dev libopenblas-dev libgtest-dev libgmock-dev
+          nlohmann-json3-dev libcli11-dev libfmt-dev libopenblas-dev libsqlite3-dev libgtest-dev libgmock-dev
           libonnx-dev libprotobuf-dev protobuf-compiler)
 
 missing=()

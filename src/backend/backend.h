@@ -11,6 +11,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ir/graph.h"
@@ -26,6 +27,10 @@ struct DeviceInfo {
   int64_t memory_bytes = 0;            // device memory
   double bandwidth_bytes_per_second = 0;  // measured: bytes read + written per second by a large copy
   double flops_per_second = 0;            // measured: f32 (CPU) / bf16 (CUDA) GEMM rate
+  // The toolchain the device's results depend on; the knowledge base keys recipes by it (kb/fingerprint.h).
+  std::string driver;    // "" on the CPU; the CUDA driver version, "13.0"
+  std::string compiler;  // what compiles generated kernels: "g++ (Debian 12.2.0-14) 12.2.0", "nvrtc 12.8"
+  std::vector<std::pair<std::string, std::string>> libraries;  // {"openblas", "0.3.21"}, {"cublaslt", "13.0.0"}
 };
 
 // A dense row-major tensor in device memory. Does not own its memory.

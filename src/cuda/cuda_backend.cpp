@@ -50,6 +50,12 @@ class CudaBackend final : public backend::Backend {
     info_.compute_units = d.multiprocessors;
     info_.cache_bytes = d.l2_bytes;
     info_.memory_bytes = d.memory_bytes;
+    info_.driver = fmt::format("{}.{}", d.driver_version / 1000, (d.driver_version % 1000) / 10);
+    info_.compiler = "nvrtc " + nvrtc_version();
+    info_.libraries = {{"cublaslt", BlasLt::version()}};
+#ifdef KILN_HAS_CUDNN
+    info_.libraries.push_back({"cudnn", CudnnAttention::version()});
+#endif
   }
 
   Status measure() {

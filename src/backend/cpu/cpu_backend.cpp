@@ -47,6 +47,16 @@ int64_t physical_memory() {
   return pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : 0;
 }
 
+// The OpenBLAS the process loaded, as it describes itself: "0.3.21 DYNAMIC_ARCH NO_AFFINITY Haswell MAX_THREADS=64"
+// (the version and the core kernels it picked, both of which change its timings).
+std::string openblas_version() {
+  std::string config = openblas_get_config();
+  const std::string prefix = "OpenBLAS ";
+  if (config.rfind(prefix, 0) == 0) config.erase(0, prefix.size());
+  while (!config.empty() && config.back() == ' ') config.pop_back();
+  return config;
+}
+
 std::string cpu_model() {
   std::ifstream in("/proc/cpuinfo");
   std::string line;
@@ -90,6 +100,8 @@ class CpuBackend final : public Backend {
     info_.memory_bytes = physical_memory();
     info_.bandwidth_bytes_per_second = harness::memcpy_bandwidth();
     info_.flops_per_second = measured_sgemm_flops();
+    info_.compiler = harness::compiler_version(options_.compiler);
+    info_.libraries = {{"openblas", openblas_version()}};
   }
 
   const DeviceInfo& device() const override { return info_; }
