@@ -2,7 +2,7 @@
 # On a GPU machine: build kiln with the CUDA backend, run the GPU tests, run the GPU benchmarks and the PyTorch
 # peer on the same shapes, and write everything (JSON + logs) into the folder given.
 #   bench/gpu/run.sh OUT_DIR [--quick] [--sanitize] [--peer]
-# The device tool's call: `bench/gpu/run.sh $OUT`.
+# The device tool's call: `bench/gpu/run.sh $OUT`, carrying build/deps (cuDNN frontend headers, .debs).
 set -uo pipefail
 out="${1:?usage: bench/gpu/run.sh OUT_DIR [--quick] [--sanitize] [--peer]}"
 shift
@@ -26,7 +26,17 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,
 
 step "build (CUDA on)"
 log="$(mktemp)"
-cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON > "$log" 2>&1 \
+# The GPU machine has SQLite's runtime library but not its header: the call carries Debian's libsqlite3-dev
+# .deb (build/deps/debs, from `apt-get download libsqlite3-dev`), unpacked into a local prefix, never into /.
+sqlite_flags=()
+if [ ! -f /usr/include/sqlite3.h ]; then
+  deb="$(ls "$root"/build/deps/debs/libsqlite3-dev_*.deb 2> /dev/null | head -1)"
+  [ -n "$deb" ] || { echo "no sqlite3.h and no libsqlite3-dev .deb under build/deps/debs: carry build/deps"; exit 1; }
+  dpkg -x "$deb" "$root/build/deps/sqlite"
+  runtime="$(ls /usr/lib/x86_64-linux-gnu/libsqlite3.so.0 2> /dev/null)"
+  sqlite_flags=(-DSQLite3_INCLUDE_DIR="$root/build/deps/sqlite/usr/include" -DSQLite3_LIBRARY="${runtime:?no libsqlite3.so.0}")
+fi
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON "${sqlite_flags[@]}" > "$log" 2>&1 \
   || { tail -30 "$log"; exit 1; }
 grep "kiln:" "$log"
 cmake --build "$build" --target kiln_cuda_tests kiln_gpu_bench kiln_gpu_worker kiln_worker kiln_cli -j "$(nproc)" > "$log" 2>&1 \
