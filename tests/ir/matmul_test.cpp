@@ -225,10 +225,10 @@ TEST(ScaledLinear, EqualsLinearOfDequantizedOperands) {
        {kOut, 1},
        [](int64_t r, int64_t) { return r; },
        [](int64_t n, int64_t) { return n; }},
-      {"blocks",
-       {2, 3, 3},
+      {"blocks",  // xs k-block-major [K/128, 2, 3]: block c / 128 of row r (of 6) at (c / 128) * 6 + r
+       {3, 2, 3},
        {2, 3},
-       [](int64_t r, int64_t c) { return r * 3 + c / 128; },
+       [](int64_t r, int64_t c) { return (c / 128) * 6 + r; },
        [](int64_t n, int64_t c) { return (n / 128) * 3 + c / 128; }},
   };
   for (const ScaleCase& sc : cases) {
