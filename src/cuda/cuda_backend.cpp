@@ -12,6 +12,7 @@
 #include "cuda/driver.h"
 #include "cuda/gemm.h"
 #include "cuda/nvrtc.h"
+#include "ir/ops/op_util.h"
 #include "kernel/kernel_ir.h"
 
 namespace kiln::cuda {
@@ -295,20 +296,35 @@ class CudaBackend final : public backend::Backend {
     return static_cast<const void*>(scratch.data());
   }
 
+  // The cuBLASLt scaling mode of scaled_linear(xq, xs, wq, ws, [b]) from its scale shapes, or an unsupported
+  // error naming the mix cuBLASLt cannot take.
   static Result<GemmScaling> scaling_of(std::span<const TensorType> in) {
+    const Shape& xq = in[0].shape;
     const Shape& xs = in[1].shape;
+    const Shape& wq = in[2].shape;
     const Shape& ws = in[3].shape;
-    const int64_t n = in[2].shape[0];
+    const int64_t n = wq[0], k = wq[1];
     // Per-channel weight scales: [n, 1] as checkpoints hold them, or [n] once pack-scales made them the vector
     // cuBLASLt's OUTER_VEC mode reads; the two are the same bytes.
     const bool w_channel = (ws.size() == 2 && ws[0] == n && ws[1] == 1) || (ws.size() == 1 && ws[0] == n);
+    Shape x_row(xq.begin(), xq.end() - 1);
+    x_row.push_back(1);
+    const bool x_token = !xs.empty() && xs == x_row;
+    // Block scales in the layouts cuBLASLt reads (ir/ops/op_util.h). With one K block a grid can have the
+    // per-row shape too; the two readings then agree, so the order of the tests below does not matter.
+    const bool x_blocks = !xs.empty() && xs == ops::activation_block_scale_shape(xq);
+    const bool w_blocks = ws == ops::weight_block_scale_shape(n, k);
     if (xs.empty() && ws.empty()) return GemmScaling::tensor;
-    if (!xs.empty() && xs.back() == 1 && w_channel) return GemmScaling::channel;
+    if (x_token && w_channel) return GemmScaling::channel;
     if (xs.empty() && w_channel) return GemmScaling::tensor_x_channel_w;
+    // Shapes cuBLASLt's 128-block modes cannot take (ragged blocks, alignment) come back from its heuristic as
+    // an unsupported "no algorithm for GEMM m=.. n=.. k=.. scales=block" error; the GPU tests hold the shapes
+    // it was checked on.
+    if (x_blocks && w_blocks) return GemmScaling::block;
     return make_error(ErrorCode::unsupported,
-                      "the CUDA backend's scaled_linear takes per-tensor or per-row/per-channel scales; 128-block "
-                      "scales need their activation scales packed k-block-major for cuBLASLt first (xs " +
-                          type_to_string(in[1]) + ", ws " + type_to_string(in[3]) + ")");
+                      "the CUDA backend's scaled_linear takes per-tensor, per-token x per-channel, per-tensor x "
+                      "per-channel, or 1x128 x 128x128 block scales (xs [K/128, M] k-block-major, ws [N/128, K/128]); "
+                      "got xs " + type_to_string(in[1]) + ", ws " + type_to_string(in[3]));
   }
 
   Status gemm(const GemmDesc& desc, const GemmArgs& args) {

@@ -341,6 +341,10 @@ class Lowerer {
           for (size_t a = 0; a < q.size(); ++a) {
             scale_idx.push_back(a < lead ? idx[a] : index_div(idx[a], block[a - lead], extents()));
           }
+          // scale_layout "k_major": the grid's last axis comes first (ir/ops/op_util.h).
+          if (n.attrs.get_string("scale_layout", "row_major") == "k_major" && !scale_idx.empty()) {
+            std::rotate(scale_idx.begin(), scale_idx.end() - 1, scale_idx.end());
+          }
         }
         if (scale_idx.size() != scale.size()) {
           error_ = unsupported(g_.node_label(id) + ": scale layout not understood");

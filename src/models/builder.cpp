@@ -167,7 +167,11 @@ ValueId Builder::linear(ValueId x, const std::string& name, int64_t in, int64_t 
   const ValueId wq = weight("weight", {out, in}, DType::f8e4m3);
   const ValueId ws = weight("weight_scale", ws_shape, DType::f32);
   Attrs quantize_attrs = {{"dtype", std::string("f8e4m3")}, {"granularity", granularity}};
-  if (gemm_.scaling == Fp8Scaling::block) quantize_attrs.set("block", std::vector<int64_t>{1, 128});
+  if (gemm_.scaling == Fp8Scaling::block) {
+    // 1x128 activation blocks, scales k-block-major: the layout scaled_linear (and cuBLASLt) reads.
+    quantize_attrs.set("block", std::vector<int64_t>{1, 128});
+    quantize_attrs.set("scale_layout", std::string("k_major"));
+  }
   const std::vector<ValueId> q = nodes(Op::quantize, {x}, std::move(quantize_attrs), "quantize");
   KILN_CHECK(q.size() == 2);
   std::vector<ValueId> args = {q[0], q[1], wq, ws};

@@ -177,7 +177,16 @@ bool decompose_quantize(Emitter& e, const Node& node, const std::vector<ValueId>
     scale_shape.assign(x_shape.begin(), x_shape.end() - nb);
     for (int64_t i = 0; i < nb; ++i) scale_shape.push_back(grouped[rank - nb + 2 * i]);
   }
-  e.op(Op::reshape, {scale}, {{"shape", scale_shape}}, names[1]);
+  if (node.attrs.get_string("scale_layout", "row_major") != "k_major") {
+    e.op(Op::reshape, {scale}, {{"shape", scale_shape}}, names[1]);
+    return true;
+  }
+  // k-major scales (the GEMM's activation layout): the grid's last axis first, as a transpose, so that the
+  // fused group writes the scales through its index map.
+  const int64_t grid_rank = static_cast<int64_t>(scale_shape.size());
+  std::vector<int64_t> perm = {grid_rank - 1};
+  for (int64_t i = 0; i + 1 < grid_rank; ++i) perm.push_back(i);
+  e.op(Op::transpose, {e.reshape(scale, scale_shape)}, {{"perm", perm}}, names[1]);
   return true;
 }
 

@@ -14,11 +14,10 @@ namespace {
 constexpr size_t kWeightScaleInput = 3;  // scaled_linear(xq, xs, wq, ws, [b])
 
 // The pack_scales layout that turns `ws` (row-major checkpoint layout of weight `wq`) into the GEMM's, or ""
-// when the two layouts are the same (per tensor).
+// when the two layouts are the same (per tensor; 128x128 block grids, which the GEMM reads as stored).
 std::string packing_for(const Shape& ws, const Shape& wq) {
-  if (ws.empty()) return "";
   if (ws == Shape{wq[0], 1}) return "vector";
-  return "mn_major";
+  return "";
 }
 
 }  // namespace
@@ -39,7 +38,8 @@ PassResult pack_weight_scales(const Graph& graph) {
     const std::string layout =
         packing_for(graph.value(ws).type.shape, graph.value(node.inputs[kWeightScaleInput - 1]).type.shape);
     if (layout.empty()) {
-      ++report.found["per-tensor scale (already the GEMM's layout)"];
+      ++report.found[graph.value(ws).type.shape.empty() ? "per-tensor scale (already the GEMM's layout)"
+                                                         : "128x128 block grid (already the GEMM's layout)"];
       copier.copy_node(id);
       continue;
     }

@@ -94,6 +94,9 @@ std::vector<OpCase> all_cases() {
       add(Op::quantize, {{d, {1, 7}}}, {{"dtype", std::string(q)}, {"granularity", std::string("tensor")}});
       add(Op::quantize, {{d, {2, 256}}}, {{"dtype", std::string(q)}, {"granularity", std::string("block")}});
       add(Op::quantize, {{d, {2, 130}}}, {{"dtype", std::string(q)}, {"granularity", std::string("block")}});
+      // 1x128 activation scales k-block-major ([K/128, M], what scaled_linear reads); M = 3 is not K/128.
+      add(Op::quantize, {{d, {3, 256}}},
+          {{"dtype", std::string(q)}, {"granularity", std::string("block")}, {"scale_layout", std::string("k_major")}});
     }
   }
   for (DType q : {DType::f8e4m3, DType::f8e5m2}) {
@@ -102,12 +105,19 @@ std::vector<OpCase> all_cases() {
     add(Op::dequantize, {{q, {3, 17}}, {DType::f32, {}}}, {{"granularity", std::string("tensor")}});
     add(Op::scaled_linear, {{q, {3, 130}}, {DType::f32, {3, 1}}, {q, {9, 130}}, {DType::f32, {9, 1}}});
     add(Op::scaled_linear, {{q, {3, 130}}, {DType::f32, {}}, {q, {9, 130}}, {DType::f32, {}}, {DType::bf16, {9}}});
-    add(Op::scaled_linear, {{q, {2, 256}}, {DType::f32, {2, 2}}, {q, {130, 256}}, {DType::f32, {2, 2}}});
+    // Block scales as cuBLASLt reads them: xs [K/128, M] k-block-major (M = 3, K/128 = 2, so a transposed
+    // reading is caught), ws [N/128, K/128] row-major with a ragged last N block.
+    add(Op::dequantize, {{q, {3, 256}}, {DType::f32, {2, 3}}},
+        {{"granularity", std::string("block")}, {"scale_layout", std::string("k_major")}});
+    add(Op::scaled_linear, {{q, {3, 256}}, {DType::f32, {2, 3}}, {q, {130, 256}}, {DType::f32, {2, 2}}});
+    add(Op::scaled_linear, {{q, {3, 256}}, {DType::f32, {2, 3}}, {q, {130, 256}}, {DType::f32, {2, 2}}},
+        {{"ws_layout", std::string("packed")}});
+    // Per-channel scales as pack_scales "vector" leaves them ([N], ws_layout "packed").
+    add(Op::scaled_linear, {{q, {3, 130}}, {DType::f32, {3, 1}}, {q, {9, 130}}, {DType::f32, {9}}},
+        {{"ws_layout", std::string("packed")}});
   }
-  // Weight-scale packing (a load-time op): per-channel scales to a vector, a 128x128 block grid (3 x 5) to
-  // the packed layout with padded rows.
+  // Weight-scale packing (a load-time op): per-channel scales to a vector (block grids need none).
   add(Op::pack_scales, {{DType::f32, {9, 1}}}, {{"layout", std::string("vector")}});
-  add(Op::pack_scales, {{DType::f32, {3, 5}}}, {{"layout", std::string("mn_major")}});
   add(Op::full, {}, {{"shape", std::vector<int64_t>{2, 3}}, {"value", 0.1}, {"dtype", std::string("bf16")}});
   add(Op::arange, {}, {{"size", int64_t{7}}, {"start", 0.5}});
   return cases;

@@ -10,6 +10,7 @@
 #include "gpu_test_util.h"
 #include "kernel/kernel_ir.h"
 #include "models/zoo.h"
+#include "../passes/pass_test_util.h"
 #include "passes/pipeline.h"
 
 namespace kiln {
@@ -76,7 +77,8 @@ TEST(GpuBackend, EveryZooFusedGroupMatchesTheReference) {
 TEST(GpuBackend, ZooModelsRunAsFusedPlans) {
   KILN_REQUIRE_CUDA_BACKEND();
   for (const std::string& spec : {std::string("flux1-double-block:tiny"), std::string("flux1-single-block:tiny"),
-                                  std::string("flux1-double-block:tiny,dtype=fp8,fp8_scaling=tensor")}) {
+                                  std::string("flux1-double-block:tiny,dtype=fp8,fp8_scaling=tensor"),
+                                  std::string("flux1-double-block:tiny,dtype=fp8,fp8_scaling=block")}) {
     auto model = models::build_zoo_model(spec);
     ASSERT_TRUE(model.ok()) << spec;
     auto optimized = passes::run_pipeline(*model);
@@ -91,6 +93,38 @@ TEST(GpuBackend, ZooModelsRunAsFusedPlans) {
     EXPECT_EQ(failure, "") << spec;
     std::printf("  %s: %s (%d reference fallbacks)\n", spec.c_str(), failure.empty() ? "within policy" : failure.c_str(),
                 fallbacks);
+  }
+}
+
+// Block-scaled scaled_linear through cuBLASLt (VEC128_32F x BLK128x128_32F) against the reference, fed by the
+// fused quantize group that writes the activation scales k-block-major: full blocks, M off K/128, a ragged
+// last N block, a bias + GELU epilogue.
+TEST(GpuBackend, BlockScaledLinearMatchesTheReference) {
+  KILN_REQUIRE_CUDA_BACKEND();
+  const char* full = R"(graph g {
+      input %x: bf16[200,512] per_call
+      input %wq: f8e4m3[384,512] weight
+      input %ws: f32[3,4] weight
+      %xq: f8e4m3[200,512], %xs: f32[4,200] = quantize(%x) {granularity="block", block=[1,128], scale_layout="k_major"}
+      %y: bf16[200,384] = scaled_linear(%xq, %xs, %wq, %ws) {out_dtype="bf16"}
+      output y = %y
+    })";
+  const char* ragged_n_gelu = R"(graph g {
+      input %x: bf16[2,24,256] per_call
+      input %wq: f8e4m3[400,256] weight
+      input %ws: f32[4,2] weight
+      input %b: bf16[400] weight
+      %xq: f8e4m3[2,24,256], %xs: f32[2,2,24] = quantize(%x) {granularity="block", block=[1,128], scale_layout="k_major"}
+      %y: bf16[2,24,400] = scaled_linear(%xq, %xs, %wq, %ws, %b) {out_dtype="bf16", activation="gelu_tanh"}
+      output y = %y
+    })";
+  for (const char* text : {full, ragged_n_gelu}) {
+    const Graph g = testing::parse_or_die(text);
+    auto optimized = passes::run_pipeline(g);
+    ASSERT_TRUE(optimized.ok()) << optimized.error().message;
+    int fallbacks = 0;
+    EXPECT_EQ(testing::check_plan_on(*gpu, optimized->graph, g, false, 512, {}, &fallbacks), "") << text;
+    EXPECT_EQ(fallbacks, 0) << text;
   }
 }
 

@@ -225,10 +225,10 @@ TEST(ScaledLinear, EqualsLinearOfDequantizedOperands) {
        {kOut, 1},
        [](int64_t r, int64_t) { return r; },
        [](int64_t n, int64_t) { return n; }},
-      {"blocks",
-       {2, 3, 3},
+      {"blocks",  // xs k-block-major [K/128, 2, 3]: block c / 128 of row r (of 6) at (c / 128) * 6 + r
+       {3, 2, 3},
        {2, 3},
-       [](int64_t r, int64_t c) { return r * 3 + c / 128; },
+       [](int64_t r, int64_t c) { return (c / 128) * 6 + r; },
        [](int64_t n, int64_t c) { return (n / 128) * 3 + c / 128; }},
   };
   for (const ScaleCase& sc : cases) {
@@ -242,19 +242,51 @@ TEST(ScaledLinear, EqualsLinearOfDequantizedOperands) {
   }
 }
 
+// Block scales in the layouts cuBLASLt reads: x's 1x128 blocks k-block-major [K/128, M], w's 128x128 blocks
+// row-major [N/128, K/128].
 TEST(ScaledLinear, BlockScalesMatchNaiveLoop) {
-  // Arbitrary (non power-of-two) scales, one distinct value per block, so a wrong block index shows.
-  constexpr int64_t kIn = 260, kOut = 130;
-  const Tensor xq = random_tensor(DType::f8e5m2, {3, kIn}, 16, -4, 4);
+  // Arbitrary (non power-of-two) scales, one distinct value per block, so a wrong block index shows. M = 5
+  // differs from K/128 = 3, so a transposed reading of xs is out of step, not just permuted.
+  constexpr int64_t kIn = 260, kOut = 130, kRows = 5;
+  const Tensor xq = random_tensor(DType::f8e5m2, {kRows, kIn}, 16, -4, 4);
   const Tensor wq = random_tensor(DType::f8e4m3, {kOut, kIn}, 17, -4, 4);
-  const Tensor xs = random_tensor(DType::f32, {3, 3}, 18, 0.1, 2.0);
+  const Tensor xs = random_tensor(DType::f32, {3, kRows}, 18, 0.1, 2.0);
   const Tensor ws = random_tensor(DType::f32, {2, 3}, 19, 0.1, 2.0);
   const Tensor y = run1(Op::scaled_linear, {xq, xs, wq, ws}, {{"out_dtype", std::string("f32")}});
-  for (int64_t r = 0; r < 3; ++r) {
+  for (int64_t r = 0; r < kRows; ++r) {
     for (int64_t n = 0; n < kOut; ++n) {
       double sum = 0;
       for (int64_t c = 0; c < kIn; ++c) {
-        sum += xq.get(r * kIn + c) * xs.get(r * 3 + c / 128) * wq.get(n * kIn + c) * ws.get((n / 128) * 3 + c / 128);
+        sum += xq.get(r * kIn + c) * xs.get((c / 128) * kRows + r) * wq.get(n * kIn + c) *
+               ws.get((n / 128) * 3 + c / 128);
+      }
+      expect_close(y.get(r * kOut + n), sum);
+    }
+  }
+}
+
+// Leading axes of x flatten into M: x [2, 3, K] takes xs [K/128, 2, 3]; quantize with scale_layout "k_major"
+// produces exactly that, and the GEMM equals the dequantized one.
+TEST(ScaledLinear, BlockScalesOfRank3ActivationsFromQuantize) {
+  constexpr int64_t kIn = 256, kOut = 130;
+  const Tensor x = random_tensor(DType::f32, {2, 3, kIn}, 21, -3, 3);
+  const Tensor wq = random_tensor(DType::f8e4m3, {kOut, kIn}, 22, -4, 4);
+  const Tensor ws = random_tensor(DType::f32, {2, 2}, 23, 0.1, 2.0);
+  auto quantized = ref::run_op(Op::quantize, {x},
+                               {{"granularity", std::string("block")},
+                                {"block", std::vector<int64_t>{1, 128}},
+                                {"scale_layout", std::string("k_major")}});
+  ASSERT_TRUE(quantized.ok()) << quantized.error().message;
+  const std::vector<Tensor>& q = *quantized;
+  ASSERT_EQ(q[1].shape(), (Shape{2, 2, 3}));
+  const Tensor y = run1(Op::scaled_linear, {q[0], q[1], wq, ws}, {{"out_dtype", std::string("f32")}});
+  ASSERT_EQ(y.shape(), (Shape{2, 3, kOut}));
+  for (int64_t r = 0; r < 6; ++r) {
+    for (int64_t n = 0; n < kOut; n += 7) {
+      double sum = 0;
+      for (int64_t c = 0; c < kIn; ++c) {
+        sum += q[0].get(r * kIn + c) * q[1].get((c / 128) * 6 + r) * wq.get(n * kIn + c) *
+               ws.get((n / 128) * 2 + c / 128);
       }
       expect_close(y.get(r * kOut + n), sum);
     }
@@ -272,8 +304,11 @@ TEST(ScaledLinear, DefaultsToBf16Output) {
 TEST(ScaledLinear, InferErrors) {
   const TensorType xq{DType::f8e4m3, {4, 300}}, wq{DType::f8e4m3, {200, 300}}, scalar{DType::f32, {}};
   EXPECT_EQ(infer_error(Op::scaled_linear, {xq, {DType::f32, {4, 2}}, wq, scalar}),
-            "scaled_linear: scale xs has shape [4,2]; accepted: [] (per-tensor), [4,1] (per-token) or [4,3] "
-            "(1x128 blocks)");
+            "scaled_linear: scale xs has shape [4,2]; accepted: [] (per-tensor), [4,1] (per-token) or [3,4] "
+            "(1x128 blocks, k-block-major as quantize scale_layout=\"k_major\" writes them)");
+  // The token-major block grid (quantize's default layout) is not what the GEMM reads.
+  EXPECT_NE(infer_error(Op::scaled_linear, {xq, {DType::f32, {4, 3}}, wq, scalar}).find("accepted"),
+            std::string::npos);
   EXPECT_EQ(infer_error(Op::scaled_linear, {xq, scalar, wq, {DType::f32, {200}}}),
             "scaled_linear: scale ws has shape [200]; accepted: [] (per-tensor), [200,1] (per-channel) or [2,3] "
             "(128x128 blocks)");

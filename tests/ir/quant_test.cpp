@@ -49,6 +49,11 @@ TEST(Quant, ScaleShapes) {
   EXPECT_EQ(scale_shape(type(DType::f32, {2, 3, 300}), quant("block")), (Shape{2, 3, 3}));
   EXPECT_EQ(scale_shape(type(DType::f32, {5}), quant("block", {2})), Shape{3});
   EXPECT_EQ(scale_shape(type(DType::f32, {}), quant("tensor")), Shape{});
+  // k-major: the grid's last axis first, the activation layout a block-scaled GEMM reads.
+  Attrs k_major = quant("block");
+  k_major.set("scale_layout", std::string("k_major"));
+  EXPECT_EQ(scale_shape(x, k_major), (Shape{3, 4}));
+  EXPECT_EQ(scale_shape(type(DType::f32, {2, 3, 300}), k_major), (Shape{3, 2, 3}));
   auto e5 = infer(Op::quantize, {x}, quant("token", {}, "f8e5m2"));
   ASSERT_TRUE(e5.ok());
   EXPECT_EQ((*e5)[0], type(DType::f8e5m2, {4, 300}));
@@ -114,6 +119,43 @@ TEST(Quant, BlockScalesComeFromTheirOwnTiles) {
   EXPECT_EQ(out[0].get(3), 0.25);     // block (0,1), scale 2
   EXPECT_EQ(out[0].get(2 * 6), 1.0);  // block (1,0), scale 0.5
   EXPECT_EQ(out[0].get(3 * 6 + 5), 448.0);
+}
+
+// scale_layout "k_major" stores the same scales as the default grid, transposed ([K/128, M] for x [M, K]), and
+// dequantize with the same attributes reads them back: the round trip equals the row-major one bit for bit.
+TEST(Quant, KMajorScalesAreTheGridTransposed) {
+  std::mt19937 rng(5);
+  std::normal_distribution<double> normal(0.0, 3.0);
+  std::vector<double> v(5 * 300);
+  for (double& e : v) e = normal(rng);
+  const Tensor x = f32({5, 300}, v);
+  Attrs k_major = quant("block");
+  k_major.set("scale_layout", std::string("k_major"));
+  const std::vector<Tensor> grid = run(Op::quantize, {x}, quant("block"));
+  const std::vector<Tensor> kq = run(Op::quantize, {x}, k_major);
+  ASSERT_EQ(kq[1].shape(), (Shape{3, 5}));
+  EXPECT_TRUE(kq[0].bitwise_equal(grid[0]));
+  for (int64_t m = 0; m < 5; ++m) {
+    for (int64_t kb = 0; kb < 3; ++kb) EXPECT_EQ(kq[1].get(kb * 5 + m), grid[1].get(m * 3 + kb)) << m << "," << kb;
+  }
+  EXPECT_NE(kq[1].get(1), grid[1].get(1));  // distinct scales: the test would see a missing transpose
+  const Tensor y_grid = run1(Op::dequantize, {grid[0], grid[1]}, quant("block"));
+  const Tensor y_k = run1(Op::dequantize, {kq[0], kq[1]}, k_major);
+  EXPECT_TRUE(y_grid.bitwise_equal(y_k));
+  // The layouts are not interchangeable.
+  EXPECT_TRUE(fails_with(infer(Op::dequantize, {type(DType::f8e4m3, {5, 300}), type(DType::f32, {5, 3})}, k_major),
+                         ErrorCode::shape_error, "must be [3,5]"));
+}
+
+TEST(Quant, ScaleLayoutErrors) {
+  Attrs token = quant("token");
+  token.set("scale_layout", std::string("k_major"));
+  EXPECT_TRUE(fails_with(infer(Op::quantize, {type(DType::f32, {4, 8})}, token), ErrorCode::invalid_argument,
+                         "applies only to granularity \"block\""));
+  Attrs bad = quant("block");
+  bad.set("scale_layout", std::string("column_major"));
+  EXPECT_TRUE(fails_with(infer(Op::quantize, {type(DType::f32, {4, 8})}, bad), ErrorCode::invalid_argument,
+                         "must be \"row_major\" or \"k_major\""));
 }
 
 // Partial tiles at the edges: x [3,5] with block [2,2] has scale [2,3]; the last column's tiles hold 2 and 1
@@ -324,26 +366,17 @@ TEST(PackScales, Shapes) {
   };
   EXPECT_EQ(shape_of(type(DType::f32, {6, 1}), "vector"), type(DType::f32, {6}));
   EXPECT_EQ(shape_of(type(DType::bf16, {6}), "vector"), type(DType::f32, {6}));
-  EXPECT_EQ(shape_of(type(DType::f32, {3, 2}), "mn_major"), type(DType::f32, {2, 4}));  // 3 N-blocks padded to 4
-  EXPECT_EQ(shape_of(type(DType::f32, {4, 5}), "mn_major"), type(DType::f32, {5, 4}));
-  EXPECT_EQ(shape_of(type(DType::f32, {5, 1}), "mn_major"), type(DType::f32, {1, 8}));
   EXPECT_TRUE(fails_with(infer(Op::pack_scales, {type(DType::f32, {6, 2})}, {{"layout", std::string("vector")}}),
                          ErrorCode::shape_error, "needs per-channel scales [N, 1] or [N]"));
-  EXPECT_TRUE(fails_with(infer(Op::pack_scales, {type(DType::f32, {6})}, {{"layout", std::string("mn_major")}}),
-                         ErrorCode::shape_error, "needs a block grid [N/128, K/128]"));
-  EXPECT_TRUE(fails_with(infer(Op::pack_scales, {type(DType::f32, {6, 1})}, {{"layout", std::string("rows")}}),
-                         ErrorCode::invalid_argument, "must be \"vector\" or \"mn_major\""));
+  // Block grids are read as checkpoints store them: there is no block packing to ask for.
+  EXPECT_TRUE(fails_with(infer(Op::pack_scales, {type(DType::f32, {3, 2})}, {{"layout", std::string("mn_major")}}),
+                         ErrorCode::invalid_argument, "need no packing"));
   EXPECT_TRUE(fails_with(infer(Op::pack_scales, {type(DType::i32, {6, 1})}, {{"layout", std::string("vector")}}),
                          ErrorCode::shape_error, "needs floating scales"));
   EXPECT_FALSE(infer(Op::pack_scales, {type(DType::f32, {6, 1})}, {}).ok());  // layout is required
 }
 
-TEST(PackScales, MnMajorTransposesAndZeroPads) {
-  const Tensor s = f32({3, 2}, {1, 2, 3, 4, 5, 6});  // [n][k]
-  const Tensor p = run1(Op::pack_scales, {s}, {{"layout", std::string("mn_major")}});
-  ASSERT_EQ(p.shape(), (Shape{2, 4}));
-  const std::vector<double> expected = {1, 3, 5, 0, 2, 4, 6, 0};  // [k][n], n padded to 4
-  for (int i = 0; i < 8; ++i) EXPECT_EQ(p.get(i), expected[i]) << i;
+TEST(PackScales, VectorKeepsValues) {
   const Tensor v = run1(Op::pack_scales, {f32({3, 1}, {0.5, -0.25, 3})}, {{"layout", std::string("vector")}});
   ASSERT_EQ(v.shape(), Shape{3});
   EXPECT_EQ(v.get(0), 0.5);
@@ -351,8 +384,8 @@ TEST(PackScales, MnMajorTransposesAndZeroPads) {
   EXPECT_EQ(v.get(2), 3.0);
 }
 
-// A GEMM reading packed scales (ws_layout "packed") computes the same bits as one reading the checkpoint
-// layout, per channel and for ragged 128x128 blocks (N = 300: 3 N-blocks, padded to 4; K = 260: 3 K-blocks).
+// A GEMM reading packed per-channel scales (ws_layout "packed") computes the same bits as one reading the
+// checkpoint layout; "packed" takes block grids unchanged (N = 300: 3 ragged N-blocks; K = 260: 3 K-blocks).
 TEST(PackScales, PackedGemmMatchesRowMajorGemm) {
   std::mt19937 rng(11);
   std::normal_distribution<double> normal(0.0, 1.0);
@@ -363,31 +396,29 @@ TEST(PackScales, PackedGemmMatchesRowMajorGemm) {
   };
   const int64_t m = 3, n = 300, k = 260;
   const Tensor xq = random(DType::f8e4m3, {m, k});
-  const Tensor xs = random(DType::f32, {m, 3}, 0.01);  // 1x128 activation blocks
   const Tensor wq = random(DType::f8e4m3, {n, k});
-  struct Case {
-    const char* layout;
-    Tensor ws;
-  };
-  const Case cases[] = {{"mn_major", random(DType::f32, {3, 3}, 0.01)}, {"vector", random(DType::f32, {n, 1}, 0.01)}};
-  for (const Case& c : cases) {
-    SCOPED_TRACE(c.layout);
-    // Per-channel weight scales pair with per-token activation scales.
-    const Tensor x_scale = std::string(c.layout) == "vector" ? random(DType::f32, {m, 1}, 0.01) : xs;
-    const Tensor reference = run1(Op::scaled_linear, {xq, x_scale, wq, c.ws}, {{"out_dtype", std::string("f32")}});
-    const Tensor packed = run1(Op::pack_scales, {c.ws}, {{"layout", std::string(c.layout)}});
-    const Tensor y = run1(Op::scaled_linear, {xq, x_scale, wq, packed},
-                          {{"out_dtype", std::string("f32")}, {"ws_layout", std::string("packed")}});
-    EXPECT_TRUE(reference.bitwise_equal(y));
-    // The checkpoint layout is not accepted as packed, nor the packed one as row-major.
-    EXPECT_FALSE(infer(Op::scaled_linear, {type(DType::f8e4m3, {m, k}), type(DType::f32, x_scale.shape()),
-                                           type(DType::f8e4m3, {n, k}), type(DType::f32, c.ws.shape())},
-                       {{"ws_layout", std::string("packed")}})
-                     .ok());
-    EXPECT_FALSE(infer(Op::scaled_linear, {type(DType::f8e4m3, {m, k}), type(DType::f32, x_scale.shape()),
-                                           type(DType::f8e4m3, {n, k}), type(DType::f32, packed.shape())})
-                     .ok());
-  }
+  const Tensor xs = random(DType::f32, {m, 1}, 0.01);
+  const Tensor ws = random(DType::f32, {n, 1}, 0.01);
+  const Tensor reference = run1(Op::scaled_linear, {xq, xs, wq, ws}, {{"out_dtype", std::string("f32")}});
+  const Tensor packed = run1(Op::pack_scales, {ws}, {{"layout", std::string("vector")}});
+  const Tensor y = run1(Op::scaled_linear, {xq, xs, wq, packed},
+                        {{"out_dtype", std::string("f32")}, {"ws_layout", std::string("packed")}});
+  EXPECT_TRUE(reference.bitwise_equal(y));
+  // The checkpoint layout is not accepted as packed, nor the packed one as row-major.
+  EXPECT_FALSE(infer(Op::scaled_linear, {type(DType::f8e4m3, {m, k}), type(DType::f32, {m, 1}),
+                                         type(DType::f8e4m3, {n, k}), type(DType::f32, {n, 1})},
+                     {{"ws_layout", std::string("packed")}})
+                   .ok());
+  EXPECT_FALSE(infer(Op::scaled_linear, {type(DType::f8e4m3, {m, k}), type(DType::f32, {m, 1}),
+                                         type(DType::f8e4m3, {n, k}), type(DType::f32, {n})})
+                   .ok());
+  // Block grids: the same tensor under either ws_layout.
+  const Tensor xb = random(DType::f32, {3, m}, 0.01);  // 1x128 activation blocks, [K/128, M]
+  const Tensor wb = random(DType::f32, {3, 3}, 0.01);
+  const Tensor row_major = run1(Op::scaled_linear, {xq, xb, wq, wb}, {{"out_dtype", std::string("f32")}});
+  const Tensor as_packed = run1(Op::scaled_linear, {xq, xb, wq, wb},
+                                {{"out_dtype", std::string("f32")}, {"ws_layout", std::string("packed")}});
+  EXPECT_TRUE(row_major.bitwise_equal(as_packed));
   EXPECT_TRUE(fails_with(infer(Op::scaled_linear, {type(DType::f8e4m3, {m, k}), type(DType::f32, {m, 1}),
                                                    type(DType::f8e4m3, {n, k}), type(DType::f32, {n, 1})},
                                {{"ws_layout", std::string("blocked")}}),

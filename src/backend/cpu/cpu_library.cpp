@@ -7,10 +7,10 @@
 #include <cstring>
 #include <limits>
 
+#include "ir/ops/op_util.h"
+
 namespace kiln::backend::cpu {
 namespace {
-
-constexpr int64_t kScaleBlock = 128;
 
 const float* f16_table() {
   static const std::vector<float> table = [] {
@@ -54,17 +54,22 @@ Status gemm_xwt(const std::vector<float>& x, const std::vector<float>& w, const 
   return ok_status();
 }
 
-// Dequantizes an FP8 operand [rows, k] with its scale: per tensor, per row, or per block (block_rows x 128).
+// Dequantizes an FP8 operand [rows, k] with its scale: per tensor (`[]`), per row (`per_row`, or for a weight
+// the packed vector [rows]) or per block in the layouts of ir/ops/op_util.h (128x128 weight blocks [N/128,
+// K/128]; 1x128 activation blocks k-block-major [K/128, rows]). Inference has already accepted the shapes.
 std::vector<float> dequantize_operand(const DeviceTensor& q, const DeviceTensor& scale, const Shape& per_row,
-                                      int64_t rows, int64_t k, int64_t block_rows) {
+                                      int64_t rows, int64_t k, bool is_weight) {
   std::vector<float> v = to_f32(q);
   const std::vector<float> s = to_f32(scale);
-  const int64_t k_blocks = (k + kScaleBlock - 1) / kScaleBlock;
-  const bool per_tensor = scale.type.shape.empty();
-  const bool row = !per_tensor && scale.type.shape == per_row;
+  const Shape& shape = scale.type.shape;
+  const bool per_tensor = shape.empty();
+  const bool row = !per_tensor && (shape == per_row || (is_weight && shape == Shape{rows}));
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < k; ++c) {
-      const int64_t g = per_tensor ? 0 : row ? r : (r / block_rows) * k_blocks + c / kScaleBlock;
+      const int64_t g = per_tensor ? 0
+                        : row      ? r
+                        : is_weight ? ops::weight_block_scale_index(r, c, k)
+                                    : ops::activation_block_scale_index(r, c, rows);
       v[r * k + c] *= s[g];
     }
   }
@@ -138,8 +143,8 @@ Status run_scaled_linear(const Attrs& attrs, std::span<const DeviceTensor> in, c
   const int64_t rows = leading_rows(xq), n = wq[0], k = wq[1];
   Shape x_row(xq.begin(), xq.end() - 1);
   x_row.push_back(1);
-  const std::vector<float> x = dequantize_operand(in[0], in[1], x_row, rows, k, 1);
-  const std::vector<float> w = dequantize_operand(in[2], in[3], Shape{n, 1}, n, k, kScaleBlock);
+  const std::vector<float> x = dequantize_operand(in[0], in[1], x_row, rows, k, false);
+  const std::vector<float> w = dequantize_operand(in[2], in[3], Shape{n, 1}, n, k, true);
   return gemm_xwt(x, w, in.size() > 4 ? &in[4] : nullptr, rows, n, k,
                   attrs.get_string("activation", "none") == "gelu_tanh", out);
 }

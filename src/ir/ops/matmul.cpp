@@ -12,11 +12,6 @@ namespace {
 
 using ops::shape_error;
 
-// Side of a scale block for block-scaled FP8 GEMMs (DeepSeek-style 1x128 activation and 128x128 weight blocks).
-constexpr int64_t kScaleBlock = 128;
-
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
 Shape shape_prefix(const Shape& shape, size_t drop) {
   return Shape(shape.begin(), shape.end() - static_cast<std::ptrdiff_t>(drop));
 }
@@ -176,14 +171,14 @@ Status reference_linear(const RefCall& call) {
 bool is_fp8(DType d) { return d == DType::f8e4m3 || d == DType::f8e5m2; }
 
 // How a scale tensor maps onto its operand [rows, K]: one value, one per row, or one per 1x128 (activation)
-// or 128x128 (weight) block. A scale with one group along K is the same under either reading.
-// `blocks_mn_major` is the packed weight layout (ws_layout "packed"): the block grid transposed, rows padded.
-enum class ScaleLayout { per_tensor, per_row, blocks, blocks_mn_major };
+// or 128x128 (weight) block, in the layouts of ops::activation_block_scale_shape / weight_block_scale_shape
+// (cuBLASLt's). A scale with one group along K is the same under either reading.
+enum class ScaleLayout { per_tensor, per_row, blocks };
 
 struct ScaleShapes {
   Shape per_row, blocks;
   const char* row_name;    // "per-token" / "per-channel"
-  const char* block_name;  // "1x128 blocks" / "128x128 blocks"
+  const char* block_name;  // "1x128 blocks, k-block-major" / "128x128 blocks"
 };
 
 Result<ScaleLayout> scale_layout(const TensorType& scale, const char* name, const ScaleShapes& accepted) {
@@ -200,24 +195,20 @@ Result<ScaleLayout> scale_layout(const TensorType& scale, const char* name, cons
 }
 
 ScaleShapes x_scale_shapes(const Shape& xq) {
-  const int64_t k = xq.back();
-  ScaleShapes s{shape_prefix(xq, 1), shape_prefix(xq, 1), "per-token", "1x128 blocks"};
+  ScaleShapes s{shape_prefix(xq, 1), ops::activation_block_scale_shape(xq), "per-token",
+                "1x128 blocks, k-block-major as quantize scale_layout=\"k_major\" writes them"};
   s.per_row.push_back(1);
-  s.blocks.push_back(ceil_div(k, kScaleBlock));
   return s;
 }
 
 ScaleShapes w_scale_shapes(const Shape& wq) {
-  return ScaleShapes{{wq[0], 1}, {ceil_div(wq[0], kScaleBlock), ceil_div(wq[1], kScaleBlock)}, "per-channel",
-                     "128x128 blocks"};
+  return ScaleShapes{{wq[0], 1}, ops::weight_block_scale_shape(wq[0], wq[1]), "per-channel", "128x128 blocks"};
 }
 
-// Weight scales as the GEMM library reads them (pack_scales output): [] per tensor, [N] per channel, or the
-// 128x128 block grid N-block-major with padded rows, [K/128, packed_scale_row(N/128)].
+// Weight scales as the GEMM library reads them (pack_scales output): [] per tensor, [N] per channel; the
+// block grid is read in the checkpoint's layout, so "packed" accepts it unchanged.
 ScaleShapes packed_w_scale_shapes(const Shape& wq) {
-  return ScaleShapes{{wq[0]},
-                     {ceil_div(wq[1], kScaleBlock), ops::packed_scale_row(ceil_div(wq[0], kScaleBlock))},
-                     "per-channel vector", "128x128 blocks, N-block-major, rows padded to 4"};
+  return ScaleShapes{{wq[0]}, ops::weight_block_scale_shape(wq[0], wq[1]), "per-channel vector", "128x128 blocks"};
 }
 
 Result<bool> ws_is_packed(const Attrs& attrs) {
@@ -232,8 +223,7 @@ Result<bool> ws_is_packed(const Attrs& attrs) {
 Result<ScaleLayout> w_scale_layout(const TensorType& ws, const Shape& wq, const Attrs& attrs) {
   KILN_ASSIGN_OR_RETURN(const bool packed, ws_is_packed(attrs));
   if (!packed) return scale_layout(ws, "ws", w_scale_shapes(wq));
-  KILN_ASSIGN_OR_RETURN(const ScaleLayout layout, scale_layout(ws, "ws (ws_layout \"packed\")", packed_w_scale_shapes(wq)));
-  return layout == ScaleLayout::blocks ? ScaleLayout::blocks_mn_major : layout;
+  return scale_layout(ws, "ws (ws_layout \"packed\")", packed_w_scale_shapes(wq));
 }
 
 Result<std::vector<TensorType>> infer_scaled_linear(const OpCall& call) {
@@ -278,21 +268,20 @@ OpCost cost_scaled_linear(const OpCall& call, std::span<const TensorType> output
 
 // Decodes an FP8 operand [rows, k] and multiplies each element by its group's scale. The dequantized GEMM
 // equals sum_k (xq * xs_group)(wq * ws_group), since every scale group lies inside one row and one K block.
-// `block_rows` is the row extent of one block scale (1 for activations, 128 for weights).
+// `is_weight` picks the block layout: 128x128 weight blocks or 1x128 activation blocks (op_util.h).
 std::vector<double> dequantize_operand(const Tensor& q, const Tensor& scale, ScaleLayout layout, int64_t rows,
-                                       int64_t k, int64_t block_rows) {
+                                       int64_t k, bool is_weight) {
   std::vector<double> v = q.to_f64();
   const std::vector<double> s = scale.to_f64();
-  const int64_t k_blocks = ceil_div(k, kScaleBlock);
-  const int64_t packed_row = ops::packed_scale_row(ceil_div(rows, block_rows));
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < k; ++c) {
       int64_t group = 0;
       switch (layout) {
         case ScaleLayout::per_tensor: group = 0; break;
         case ScaleLayout::per_row: group = r; break;
-        case ScaleLayout::blocks: group = (r / block_rows) * k_blocks + c / kScaleBlock; break;
-        case ScaleLayout::blocks_mn_major: group = (c / kScaleBlock) * packed_row + r / block_rows; break;
+        case ScaleLayout::blocks:
+          group = is_weight ? ops::weight_block_scale_index(r, c, k) : ops::activation_block_scale_index(r, c, rows);
+          break;
       }
       v[r * k + c] *= s[group];
     }
@@ -310,8 +299,8 @@ Status reference_scaled_linear(const RefCall& call) {
   // Inference already accepted both layouts, so these cannot fail.
   const ScaleLayout x_layout = *scale_layout({xs.dtype(), xs.shape()}, "xs", x_scale_shapes(xq.shape()));
   const ScaleLayout w_layout = *w_scale_layout({ws.dtype(), ws.shape()}, wq.shape(), call.attrs);
-  return linear_f64(dequantize_operand(xq, xs, x_layout, rows, k, 1),
-                    dequantize_operand(wq, ws, w_layout, n, k, kScaleBlock), bias, rows, n, k, call.outputs[0],
+  return linear_f64(dequantize_operand(xq, xs, x_layout, rows, k, false),
+                    dequantize_operand(wq, ws, w_layout, n, k, true), bias, rows, n, k, call.outputs[0],
                     call.attrs.get_string("activation", "none") == "gelu_tanh");
 }
 
@@ -320,7 +309,7 @@ const AttrSpec kScaledLinearAttrs[] = {
     {"activation", AttrKind::string, false, "epilogue after the bias: \"none\" (default) or \"gelu_tanh\""},
     {"ws_layout", AttrKind::string, false,
      "weight scales as stored: \"row_major\" (default; [], [N,1] or [N/128,K/128]) or \"packed\" (as "
-     "pack_scales writes them: [], [N] or [K/128, N/128 padded to 4])"}};
+     "pack_scales writes them: [], [N] or [N/128,K/128], the block grid unchanged)"}};
 const AttrSpec kLinearAttrs[] = {
     {"activation", AttrKind::string, false, "epilogue after the bias: \"none\" (default) or \"gelu_tanh\""}};
 

@@ -1,5 +1,6 @@
 // Shared helpers for op definitions: axis normalization, broadcasting, cost formulas, and the reference
-// executor's element loops. Only ir/ops/*.cpp include this.
+// executor's element loops. Only ir/ops/*.cpp include this, except for the FP8 block-scale layouts, which the
+// backends' GEMMs read too.
 #pragma once
 
 #include <string>
@@ -41,13 +42,30 @@ Status gemm_f64(bool b_transposed, int64_t m, int64_t n, int64_t k, double alpha
 }  // namespace kiln::ops
 
 namespace kiln::ops {
-// The FP8 weight-scale layout a block-scaled GEMM reads (pack_scales "mn_major", scaled_linear ws_layout
-// "packed"): the 128x128 block grid [N/128, K/128] stored N-block-major, i.e. as [K/128, N/128'] with each
-// row padded to a multiple of kPackedScaleAlign f32 values (16 bytes), the alignment TMA-fed Hopper GEMMs
-// need for every scale row. One definition, so the producer and the consumer of the layout cannot disagree.
-inline constexpr int64_t kPackedScaleAlign = 4;
-inline int64_t packed_scale_row(int64_t n_blocks) {
-  return (n_blocks + kPackedScaleAlign - 1) / kPackedScaleAlign * kPackedScaleAlign;
+// The FP8 block-scale layouts a block-scaled GEMM reads: cuBLASLt's on sm_90, as measured on the H200
+// (cuBLASLt 13.1, tests/cuda/gpu_gemm_test.cpp). One definition for quantize (which writes activation scales),
+// scaled_linear (which reads both), pack-scales and the backends, so producer and consumer cannot disagree.
+// Both grids are dense: cuBLASLt reads them without row padding.
+//   weight w[N, K], 128x128 blocks (CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F): the row-major grid
+//     [N/128, K/128] — the checkpoint's own layout (DeepSeek's `weight_scale_inv`);
+//   activation x[..., K], 1x128 blocks (CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F): k-block-major,
+//     [K/128, ...], the tokens of one K block contiguous (quantize's scale_layout "k_major").
+// Block counts round up: a ragged last block has its own scale.
+inline constexpr int64_t kScaleBlock = 128;
+inline int64_t scale_blocks(int64_t extent) { return (extent + kScaleBlock - 1) / kScaleBlock; }
+inline Shape weight_block_scale_shape(int64_t n, int64_t k) { return {scale_blocks(n), scale_blocks(k)}; }
+// Flat index of the scale of w[row, col] in the weight grid.
+inline int64_t weight_block_scale_index(int64_t row, int64_t col, int64_t k) {
+  return row / kScaleBlock * scale_blocks(k) + col / kScaleBlock;
+}
+inline Shape activation_block_scale_shape(const Shape& x) {
+  Shape s = {scale_blocks(x.empty() ? 1 : x.back())};
+  if (!x.empty()) s.insert(s.end(), x.begin(), x.end() - 1);
+  return s;
+}
+// Flat index of the scale of x[row, col] (row over the leading axes flattened, `rows` of them).
+inline int64_t activation_block_scale_index(int64_t row, int64_t col, int64_t rows) {
+  return col / kScaleBlock * rows + row;
 }
 }  // namespace kiln::ops
 

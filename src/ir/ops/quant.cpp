@@ -7,6 +7,8 @@
 //   scale = f32(max(amax, 1e-12) / fmax)          fmax = largest finite value of the FP8 dtype
 //   q     = fp8(clamp(x / scale, -fmax, fmax))    NaN stays NaN
 //   y     = q * scale, rounded once to the output dtype.
+// With block granularity, scale_layout "k_major" stores the scale grid with its last (K-block) axis first, the
+// layout cuBLASLt reads 1x128 activation scales in (ir/ops/op_util.h).
 // pack_scales(scale) rewrites a weight's scales from the layout a checkpoint stores them in into the layout a
 // GEMM library reads (see its section below); it moves values without changing them.
 #include <algorithm>
@@ -24,12 +26,36 @@ using ops::shape_error;
 constexpr double kMinAmax = 1e-12;
 
 // How a tensor is cut into groups that share one scale. Per axis of the quantized tensor: how many groups lie
-// along it (`grid`) and how many elements one group spans (`extent`).
+// along it (`grid`) and how many elements one group spans (`extent`). The scale tensor is the grid, or with
+// `k_major` (scale_layout "k_major", block granularity only) the grid with its last axis moved to the front:
+// the k-block-major layout a block-scaled GEMM reads activation scales in (ops::activation_block_scale_shape).
 struct QuantGroups {
   Shape scale_shape;
   Shape grid;
   std::vector<int64_t> extent;
+  bool k_major = false;
 };
+
+// The grid with its last axis first (scale_layout "k_major").
+Shape k_major_shape(const Shape& grid) {
+  if (grid.empty()) return grid;
+  Shape s = {grid.back()};
+  s.insert(s.end(), grid.begin(), grid.end() - 1);
+  return s;
+}
+
+Result<bool> k_major_attr(const Attrs& attrs, const std::string& granularity, const char* op) {
+  const std::string layout = attrs.get_string("scale_layout", "row_major");
+  if (layout != "row_major" && layout != "k_major") {
+    return attr_error(std::string("attribute 'scale_layout' of ") + op +
+                      " must be \"row_major\" or \"k_major\", got \"" + layout + "\"");
+  }
+  if (layout == "k_major" && granularity != "block") {
+    return attr_error(std::string("attribute 'scale_layout' \"k_major\" of ") + op +
+                      " applies only to granularity \"block\", got \"" + granularity + "\"");
+  }
+  return layout == "k_major";
+}
 
 Result<QuantGroups> quant_groups(const Attrs& attrs, const TensorType& x, const char* op) {
   const std::string granularity = attrs.get_string("granularity", "token");
@@ -39,6 +65,7 @@ Result<QuantGroups> quant_groups(const Attrs& attrs, const TensorType& x, const 
                       granularity + "\"");
   }
   QuantGroups g;
+  KILN_ASSIGN_OR_RETURN(g.k_major, k_major_attr(attrs, granularity, op));
   g.grid.assign(rank, 1);
   g.extent.assign(rank, 1);
   if (granularity == "tensor") {
@@ -72,7 +99,7 @@ Result<QuantGroups> quant_groups(const Attrs& attrs, const TensorType& x, const 
       g.grid[lead + i] = (x.shape[lead + i] + block[i] - 1) / block[i];
       g.extent[lead + i] = block[i];
     }
-    g.scale_shape = g.grid;
+    g.scale_shape = g.k_major ? k_major_shape(g.grid) : g.grid;
     return g;
   }
   return attr_error(std::string("attribute 'granularity' of ") + op +
@@ -82,7 +109,13 @@ Result<QuantGroups> quant_groups(const Attrs& attrs, const TensorType& x, const 
 // group[i]: the flat index into the scale tensor of element i of a tensor of shape `shape`.
 std::vector<int64_t> group_of_elements(const Shape& shape, const QuantGroups& g) {
   const int64_t n = shape_numel(shape);
-  const std::vector<int64_t> grid_strides = shape_strides(g.grid);
+  std::vector<int64_t> grid_strides = shape_strides(g.grid);
+  if (g.k_major && !g.grid.empty()) {
+    // Scale axes are (last grid axis, the others in order): the last grid axis has the outermost stride.
+    const std::vector<int64_t> scale_strides = shape_strides(g.scale_shape);
+    grid_strides.back() = scale_strides[0];
+    for (size_t a = 0; a + 1 < g.grid.size(); ++a) grid_strides[a] = scale_strides[a + 1];
+  }
   std::vector<int64_t> group(static_cast<size_t>(n));
   std::vector<int64_t> index(shape.size(), 0);
   for (int64_t i = 0; i < n; ++i) {
@@ -171,8 +204,9 @@ Result<std::vector<TensorType>> infer_dequantize(const OpCall& call) {
   KILN_ASSIGN_OR_RETURN(QuantGroups groups, quant_groups(call.attrs, q, "dequantize"));
   if (scale.shape != groups.scale_shape) {
     return shape_error("dequantize scale must be " + shape_to_string(groups.scale_shape) + " for granularity \"" +
-                       call.attrs.get_string("granularity", "token") + "\" of q " + type_to_string(q) + ", got " +
-                       type_to_string(scale));
+                       call.attrs.get_string("granularity", "token") + "\"" +
+                       (groups.k_major ? " (scale_layout \"k_major\")" : "") + " of q " + type_to_string(q) +
+                       ", got " + type_to_string(scale));
   }
   if (scale.dtype != DType::f32) return shape_error("dequantize scale must be f32, got " + type_to_string(scale));
   return std::vector<TensorType>{{out_dtype, q.shape}};
@@ -194,30 +228,23 @@ Status reference_dequantize(const RefCall& call) {
 }
 
 // ---- pack_scales(scale) -> f32 scales in the layout the GEMM reads ----
-//   "vector":   [N, 1] or [N] (one scale per output channel, as checkpoints store them) -> f32 [N], the
-//               contiguous per-channel vector an outer-vector-scaled GEMM reads.
-//   "mn_major": [N/128, K/128] (128x128 weight blocks, row-major as DeepSeek-style checkpoints store
-//               `weight_scale_inv`) -> f32 [K/128, packed_scale_row(N/128)]: out[k][n] = in[n][k], each row
-//               padded with zeros to 16 bytes (ops::kPackedScaleAlign) for the GEMM's aligned loads.
-// Per-tensor scales need no packing: a scalar is read as it is.
+//   "vector": [N, 1] or [N] (one scale per output channel, as checkpoints store them) -> f32 [N], the contiguous
+//             per-channel vector an outer-vector-scaled GEMM (cuBLASLt OUTER_VEC_32F) reads.
+// Per-tensor scales and 128x128 block grids need no packing: the GEMM reads a scalar as it is and the block
+// grid in the checkpoint's own row-major layout (ops::weight_block_scale_shape).
 
 Result<std::vector<TensorType>> infer_pack_scales(const OpCall& call) {
   const TensorType& s = call.inputs[0];
   if (!dtype_is_float(s.dtype)) return shape_error("pack_scales needs floating scales, got " + type_to_string(s));
   const std::string layout = call.attrs.get_string("layout", "");
-  if (layout == "vector") {
-    if (s.shape.size() == 1 || (s.shape.size() == 2 && s.shape[1] == 1)) {
-      return std::vector<TensorType>{{DType::f32, {s.shape[0]}}};
-    }
-    return shape_error("pack_scales \"vector\" needs per-channel scales [N, 1] or [N], got " + type_to_string(s));
+  if (layout != "vector") {
+    return attr_error("attribute 'layout' of pack_scales must be \"vector\", got \"" + layout +
+                      "\" (block grids are read as the checkpoint stores them and need no packing)");
   }
-  if (layout == "mn_major") {
-    if (s.shape.size() != 2) {
-      return shape_error("pack_scales \"mn_major\" needs a block grid [N/128, K/128], got " + type_to_string(s));
-    }
-    return std::vector<TensorType>{{DType::f32, {s.shape[1], ops::packed_scale_row(s.shape[0])}}};
+  if (s.shape.size() == 1 || (s.shape.size() == 2 && s.shape[1] == 1)) {
+    return std::vector<TensorType>{{DType::f32, {s.shape[0]}}};
   }
-  return attr_error("attribute 'layout' of pack_scales must be \"vector\" or \"mn_major\", got \"" + layout + "\"");
+  return shape_error("pack_scales \"vector\" needs per-channel scales [N, 1] or [N], got " + type_to_string(s));
 }
 
 OpCost cost_pack_scales(const OpCall& call, std::span<const TensorType> outputs) {
@@ -227,21 +254,12 @@ OpCost cost_pack_scales(const OpCall& call, std::span<const TensorType> outputs)
 Status reference_pack_scales(const RefCall& call) {
   const Tensor& s = *call.inputs[0];
   Tensor& out = call.outputs[0];
-  if (call.attrs.get_string("layout", "") == "vector") {
-    for (int64_t i = 0; i < s.numel(); ++i) out.set(i, s.get(i));
-    return ok_status();
-  }
-  const int64_t n_blocks = s.shape()[0], k_blocks = s.shape()[1], row = out.shape()[1];
-  for (int64_t i = 0; i < out.numel(); ++i) out.set(i, 0.0);
-  for (int64_t n = 0; n < n_blocks; ++n) {
-    for (int64_t k = 0; k < k_blocks; ++k) out.set(k * row + n, s.get(n * k_blocks + k));
-  }
+  for (int64_t i = 0; i < s.numel(); ++i) out.set(i, s.get(i));
   return ok_status();
 }
 
 const AttrSpec kPackScalesAttrs[] = {
-    {"layout", AttrKind::string, true,
-     "\"vector\" ([N,1] -> f32 [N]) or \"mn_major\" ([N/128,K/128] -> f32 [K/128, N/128 padded to 4])"},
+    {"layout", AttrKind::string, true, "\"vector\" ([N,1] -> f32 [N])"},
 };
 
 constexpr std::string_view kGranularityDoc =
@@ -250,15 +268,21 @@ constexpr std::string_view kBlockDoc =
     "granularity \"block\" only: tile sizes of the trailing axes (default [1,128]); the scale has "
     "ceil(d/b) entries along each";
 
+constexpr std::string_view kScaleLayoutDoc =
+    "granularity \"block\" only: \"row_major\" (default; the scale is the block grid) or \"k_major\" (the "
+    "grid's last axis first, [K/128, ...]: the activation layout a block-scaled GEMM reads)";
+
 const AttrSpec kQuantizeAttrs[] = {
     {"dtype", AttrKind::string, false, "\"f8e4m3\" (default) or \"f8e5m2\""},
     {"granularity", AttrKind::string, false, kGranularityDoc},
     {"block", AttrKind::ints, false, kBlockDoc},
+    {"scale_layout", AttrKind::string, false, kScaleLayoutDoc},
 };
 const AttrSpec kDequantizeAttrs[] = {
     {"dtype", AttrKind::string, false, "output dtype, floating (default \"f32\")"},
     {"granularity", AttrKind::string, false, kGranularityDoc},
     {"block", AttrKind::ints, false, kBlockDoc},
+    {"scale_layout", AttrKind::string, false, kScaleLayoutDoc},
 };
 
 }  // namespace
@@ -269,6 +293,9 @@ int independent_axes_quant(const OpCall& call, std::span<const TensorType>) {
   const std::string granularity = call.attrs.get_string("granularity", "token");
   if (granularity == "tensor") return 0;
   if (granularity == "token") return std::max(0, rank - 1);
+  // A k-major scale's leading axis is the K-block axis, not a row axis: no axis is independent in both
+  // outputs (so, for one, sink-concat does not concatenate such scales along a row axis).
+  if (call.attrs.get_string("scale_layout", "row_major") == "k_major") return 0;
   // Leading block extents of 1 (the 1 of a 1x128 activation block) keep their axes independent.
   const std::vector<int64_t> block = call.attrs.get_ints("block", {1, 128});
   int independent = rank - static_cast<int>(block.size());
