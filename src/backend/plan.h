@@ -53,6 +53,7 @@ class Plan {
   const PlanSummary& summary() const { return summary_; }
   // The generated source of the plan's module (empty when it has no kernels).
   const std::string& source() const { return source_; }
+  const Graph& graph() const { return graph_; }
 
   // One thing execute() does, in order.
   struct Step {
@@ -62,6 +63,10 @@ class Plan {
     std::vector<ValueId> inputs, outputs;  // kernel: its params; library: the node's inputs / outputs
     std::string label;
   };
+  const std::vector<Step>& steps() const { return steps_; }
+  // Runs step `index` alone on the tensors as they are (no synchronization): the profiler times steps one by
+  // one with it (plan_profile.cpp). Out of range is an error.
+  Status execute_step(size_t index);
 
  private:
   Plan(Backend& backend, const Graph& graph) : backend_(backend), graph_(graph) {}

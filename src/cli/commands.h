@@ -12,5 +12,6 @@ void add_export_command(CLI::App& app, int* exit_code);
 void add_zoo_command(CLI::App& app, int* exit_code);
 void add_ops_command(CLI::App& app, int* exit_code);
 void add_opt_command(CLI::App& app, int* exit_code);
+void add_optimize_command(CLI::App& app, int* exit_code);
 
 }  // namespace kiln::cli

@@ -1,0 +1,33 @@
+// The end-to-end A/B gate: the incumbent Plan (A) and a candidate (B), each run as deployed (the work
+// Backend::capture returns), timed in interleaved rounds A B, B A, A B, ... so that drift on the machine hits
+// both alike. Each sample is the backend's median of `repetitions` runs; the per-round ratio A/B gives a
+// median and an order-statistics interval (harness::timing_stats). B wins only when the whole interval lies
+// above 1 and the median above 1 + tie_threshold; anything else keeps A (the incumbent wins ties).
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "backend/backend.h"
+#include "harness/bench.h"
+
+namespace kiln::agent {
+
+struct ABOptions {
+  int rounds = 12;
+  int repetitions = 3;
+  double tie_threshold = 0.02;
+  double confidence = 0.95;
+};
+
+struct ABVerdict {
+  harness::TimingStats a, b;  // seconds per run
+  harness::TimingStats ratio;  // A / B per round: > 1 means B is faster
+  bool b_wins = false;
+  std::string summary;
+};
+
+Result<ABVerdict> ab_compare(backend::Backend& backend, const std::function<Status()>& a,
+                             const std::function<Status()>& b, const ABOptions& options = {});
+
+}  // namespace kiln::agent
