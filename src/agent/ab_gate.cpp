@@ -13,11 +13,11 @@ Result<ABVerdict> ab_compare(backend::Backend& backend, const std::function<Stat
     if (round % 2 == 0) {
       KILN_ASSIGN_OR_RETURN(backend::Timing x, backend.time(a, timing));
       KILN_ASSIGN_OR_RETURN(backend::Timing y, backend.time(b, timing));
-      sa = x.median_seconds, sb = y.median_seconds;
+      sa = x.min_seconds, sb = y.min_seconds;
     } else {
       KILN_ASSIGN_OR_RETURN(backend::Timing y, backend.time(b, timing));
       KILN_ASSIGN_OR_RETURN(backend::Timing x, backend.time(a, timing));
-      sa = x.median_seconds, sb = y.median_seconds;
+      sa = x.min_seconds, sb = y.min_seconds;
     }
     ta.push_back(sa);
     tb.push_back(sb);

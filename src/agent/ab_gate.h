@@ -1,7 +1,8 @@
 // The end-to-end A/B gate: the incumbent Plan (A) and a candidate (B), each run as deployed (the work
 // Backend::capture returns), timed in interleaved rounds A B, B A, A B, ... so that drift on the machine hits
-// both alike. Each sample is the backend's median of `repetitions` runs; the per-round ratio A/B gives a
-// median and an order-statistics interval (harness::timing_stats). B wins only when the whole interval lies
+// both alike. Each sample is the fastest of `repetitions` runs (Backend::time's min: on a shared machine a
+// run is only ever slowed by others, so the fastest of a few is the steadiest figure of what the plan costs);
+// the per-round ratio A/B gives a median and an order-statistics interval (harness::timing_stats). B wins only when the whole interval lies
 // above 1 and the median above 1 + tie_threshold; anything else keeps A (the incumbent wins ties).
 #pragma once
 
@@ -15,13 +16,13 @@ namespace kiln::agent {
 
 struct ABOptions {
   int rounds = 12;
-  int repetitions = 3;
+  int repetitions = 5;
   double tie_threshold = 0.02;
   double confidence = 0.95;
 };
 
 struct ABVerdict {
-  harness::TimingStats a, b;  // seconds per run
+  harness::TimingStats a, b;  // seconds per run (over the rounds' samples)
   harness::TimingStats ratio;  // A / B per round: > 1 means B is faster
   bool b_wins = false;
   std::string summary;

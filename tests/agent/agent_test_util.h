@@ -1,5 +1,5 @@
-// Shared by the profile, agent and report tests: a small MLP block (layernorm, GEMM + bias, GELU, GEMM,
-// residual) that fusion speeds up on the CPU, the CPU backend, and planted rewrites that regress a Plan.
+// Shared by the profile, agent and report tests: a block of cheap memory-bound row ops (layernorm, products,
+// residual) feeding a small GEMM with bias, which fusion clearly speeds up on the CPU; the CPU backend, and planted rewrites that regress a Plan.
 #pragma once
 
 #include <memory>
@@ -11,26 +11,25 @@
 
 namespace kiln::testing {
 
+// One thread: on a machine shared with other work, a parallel launch waits for its slowest thread, and the
+// A/B gate then sees that noise rather than the plans.
 inline backend::Backend& agent_cpu_backend() {
-  static std::unique_ptr<backend::Backend> b = backend::make_cpu_backend();
+  static std::unique_ptr<backend::Backend> b = backend::make_cpu_backend({.threads = 1});
   return *b;
 }
 
 inline Graph mlp_block_graph() {
   auto g = parse_graph_text(R"(graph mlp_block {
-    input %x: f32[96,128] per_call
-    input %w1: f32[256,128] weight
-    input %b1: f32[256] weight
-    input %w2: f32[128,256] weight
-    input %b2: f32[128] weight
-    %n: f32[96,128] = layernorm(%x) {eps=1e-06}
-    %h: f32[96,256] = linear(%n, %w1, %b1)
-    %g: f32[96,256] = gelu(%h) {approximate="tanh"}
-    %o: f32[96,128] = linear(%g, %w2, %b2)
-    %s: f32[96,128] = sigmoid(%o)
-    %m: f32[96,128] = mul(%o, %s)
-    %r: f32[96,128] = add(%x, %m)
-    output out = %r
+    input %x: f32[512,1024] per_call
+    input %w: f32[64,1024] weight
+    input %b: f32[64] weight
+    %n: f32[512,1024] = layernorm(%x) {eps=1e-06}
+    %a: f32[512,1024] = mul(%n, %n)
+    %m: f32[512,1024] = mul(%a, %x)
+    %r: f32[512,1024] = add(%x, %m)
+    %h: f32[512,64] = linear(%r, %w, %b)
+    output out = %h
+    output residual = %r
   })");
   KILN_CHECK(g.ok());
   return std::move(g).value();

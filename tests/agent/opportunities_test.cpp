@@ -60,8 +60,8 @@ TEST(AgentRank, PassOpportunitiesFromAProfile) {
     EXPECT_GE(o.time_share, 0);
     EXPECT_LE(o.time_share, 1 + 1e-9);
   }
-  // Fusing the norm, GELU, SiLU-style gate and residual saves launches and bytes; there is nothing FP8 to
-  // pack and no two GEMMs share an input.
+  // Fusing the norm, the products and the residual saves launches and bytes; there is nothing FP8 to pack and
+  // only one GEMM.
   EXPECT_GT(by_name.at("fuse-rows")->predicted_gain, 0.1);
   EXPECT_EQ(by_name.at("pack-scales")->predicted_gain, 0);
   EXPECT_EQ(by_name.at("merge-gemms")->predicted_gain, 0);
