@@ -4,6 +4,17 @@
 
 namespace kiln::agent {
 
+Result<harness::TimingStats> time_deployed(backend::Backend& backend, const std::function<Status()>& work,
+                                           const ABOptions& options) {
+  const backend::TimingOptions timing{1, std::max(1, options.repetitions)};
+  std::vector<double> samples;
+  for (int round = 0; round < std::max(2, options.rounds); ++round) {
+    KILN_ASSIGN_OR_RETURN(backend::Timing t, backend.time(work, timing));
+    samples.push_back(t.min_seconds);
+  }
+  return harness::timing_stats(samples, options.confidence);
+}
+
 Result<ABVerdict> ab_compare(backend::Backend& backend, const std::function<Status()>& a,
                              const std::function<Status()>& b, const ABOptions& options) {
   const backend::TimingOptions timing{1, std::max(1, options.repetitions)};
@@ -28,10 +39,10 @@ Result<ABVerdict> ab_compare(backend::Backend& backend, const std::function<Stat
   v.b = harness::timing_stats(tb, options.confidence);
   v.ratio = harness::timing_stats(ratios, options.confidence);
   v.b_wins = v.ratio.ci_low > 1.0 && v.ratio.median > 1.0 + options.tie_threshold;
-  const bool b_loses = v.ratio.ci_high < 1.0 && v.ratio.median < 1.0 - options.tie_threshold;
+  v.b_loses = v.ratio.ci_high < 1.0 && v.ratio.median < 1.0 - options.tie_threshold;
   v.summary = fmt::format("{:.4g} ms -> {:.4g} ms, A/B {:.3f}x [{:.3f}, {:.3f}] over {} rounds: {}", v.a.median * 1e3,
                           v.b.median * 1e3, v.ratio.median, v.ratio.ci_low, v.ratio.ci_high, ratios.size(),
-                          v.b_wins ? "faster" : b_loses ? "slower" : "no win beyond noise");
+                          v.b_wins ? "faster" : v.b_loses ? "slower" : "no win beyond noise");
   return v;
 }
 

@@ -25,8 +25,14 @@ struct ABVerdict {
   harness::TimingStats a, b;  // seconds per run (over the rounds' samples)
   harness::TimingStats ratio;  // A / B per round: > 1 means B is faster
   bool b_wins = false;
+  bool b_loses = false;  // the mirror test: the interval below 1 and the median below 1 - tie_threshold
   std::string summary;
 };
+
+// One Plan alone, with the same samples as the A/B gate (the fastest of `repetitions` runs, `rounds` of them):
+// the baseline's figure, so that the waterfall's first bar and the A/B ratios measure the same thing.
+Result<harness::TimingStats> time_deployed(backend::Backend& backend, const std::function<Status()>& work,
+                                           const ABOptions& options = {});
 
 Result<ABVerdict> ab_compare(backend::Backend& backend, const std::function<Status()>& a,
                              const std::function<Status()>& b, const ABOptions& options = {});

@@ -116,7 +116,7 @@ void Loop::attempt(const Opportunity& opportunity) {
   a.ratio = ab->ratio.median;
   a.ratio_ci_low = ab->ratio.ci_low;
   a.ratio_ci_high = ab->ratio.ci_high;
-  if (!ab->b_wins) return finish(ab->ratio.ci_high < 1.0 ? "slower" : "no win", ab->summary);
+  if (!ab->b_wins) return finish(ab->b_loses ? "slower" : "no win", ab->summary);
   a.kept = true;
   // The waterfall scales the previous figure by the interleaved ratio, so drift between separate
   // measurements does not leak into the gains, and the gains add up to the total.
@@ -165,12 +165,11 @@ Result<OptimizeResult> Loop::run() {
   if (!verdict.ok) return make_error(ErrorCode::verify_error, "the baseline plan does not match the reference: " + verdict.reason);
   for (const OutputError& e : verdict.outputs) result_.baseline_errors[e.output] = e.max_error;
   result_.deployed_capture = current_.captured;
-  KILN_ASSIGN_OR_RETURN(backend::Timing t,
-                        backend_.time(current_.replay, {2, std::max(1, options_.baseline_repetitions)}));
+  KILN_ASSIGN_OR_RETURN(harness::TimingStats t, time_deployed(backend_, current_.replay, options_.ab));
   result_.baseline_summary = current_.plan->summary();
-  result_.waterfall.push_back({"baseline (one kernel per op)", "baseline", t.median_seconds, 0});
+  result_.waterfall.push_back({"baseline (one kernel per op)", "baseline", t.median, 0});
   say(fmt::format("baseline: {} kernels + {} library calls, {:.4g} ms end to end", result_.baseline_summary.kernels,
-                  result_.baseline_summary.library_calls, t.median_seconds * 1e3));
+                  result_.baseline_summary.library_calls, t.median * 1e3));
 
   KILN_ASSIGN_OR_RETURN(result_.baseline_profile, profile::profile_plan(*current_.plan, backend_, options_.profile));
   say(fmt::format("profiled {} steps ({:.4g} ms step by step)", result_.baseline_profile.steps.size(),

@@ -42,7 +42,6 @@ struct OptimizeOptions {
   profile::ProfileOptions profile;
   ABOptions ab;
   NumericsPolicy numerics;
-  int baseline_repetitions = 10;
   Tuner tuner;                             // empty: tune-kernels is recorded as not attempted
   OptimizeKnowledge* knowledge = nullptr;  // empty until src/kb lands
   std::vector<Opportunity> extra_opportunities;

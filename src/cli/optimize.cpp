@@ -20,7 +20,7 @@ namespace kiln::cli {
 namespace {
 
 struct OptimizeArgs {
-  std::string model = "zoo:flux1-double-block:tiny";
+  std::string model = "zoo:flux1-dev:tiny";
   std::string workload;
   std::string backend = "cpu";
   std::string budget = "10m";
