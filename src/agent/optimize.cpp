@@ -157,8 +157,8 @@ Result<OptimizeResult> Loop::run() {
   KILN_ASSIGN_OR_RETURN(reference_, ref::run_graph(model_, inputs_));
   reduction_length_ = longest_accumulation(model_);
 
-  say("baseline: naive lowering (" + fmt::format("{}", fmt::join(fusion_pass_names(), ", ")) + " off)");
-  auto baseline = deploy(baseline_config());
+  say("baseline: " + fmt::format("{}", fmt::join(options_.baseline.disabled_passes, ", ")) + " off");
+  auto baseline = deploy(options_.baseline);
   if (!baseline.ok()) return with_context(baseline.error(), "baseline plan");
   current_ = std::move(baseline).value();
   NumericsVerdict verdict = judge_numerics(reference_, current_.outputs, {}, options_.numerics, reduction_length_);

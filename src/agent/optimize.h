@@ -39,6 +39,7 @@ using Tuner = std::function<Result<std::map<std::string, kernel::Schedule>>(cons
 struct OptimizeOptions {
   std::string model_key;       // names the model in the report and to the knowledge base
   double budget_seconds = 600;  // no attempt starts after this much time; the baseline always runs
+  PlanConfig baseline = baseline_config();  // where the loop starts (tests start from a planted slow one)
   profile::ProfileOptions profile;
   ABOptions ab;
   NumericsPolicy numerics;

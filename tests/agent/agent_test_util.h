@@ -4,6 +4,7 @@
 
 #include <memory>
 
+#include "agent/opportunities.h"
 #include "backend/cpu/cpu_backend.h"
 #include "ir/text.h"
 #include "models/weights.h"
@@ -61,6 +62,28 @@ inline Result<Graph> repeat_gemms(const Graph& graph, int copies) {
     for (int c = 0; c < copies; ++c) KILN_TRY(copier.target().add_node(n.op, inputs, n.attrs));
   }
   return copier.finish();
+}
+
+// A baseline made slow on purpose (every GEMM repeated 6 times, dead), and the opportunity that undoes it:
+// a win far beyond the noise of a shared machine, for tests that need something kept.
+inline agent::PlanConfig slowed_baseline() {
+  agent::PlanConfig c = agent::baseline_config();
+  c.rewrites.push_back({"repeat-gemms", [](const Graph& g) { return repeat_gemms(g, 6); }});
+  return c;
+}
+inline agent::Opportunity drop_planted_rewrites() {
+  agent::Opportunity o;
+  o.name = "drop-repeats";
+  o.level = agent::OpportunityLevel::model;
+  o.description = "removes the planted repeated GEMMs";
+  o.time_share = 0.5;
+  o.predicted_gain = 0.5;
+  o.apply = [](const agent::PlanConfig& current) -> Result<agent::PlanConfig> {
+    agent::PlanConfig c = current;
+    c.rewrites.clear();
+    return c;
+  };
+  return o;
 }
 
 }  // namespace kiln::testing

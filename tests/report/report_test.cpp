@@ -23,6 +23,8 @@ class ReportTest : public ::testing::Test {
     agent::OptimizeOptions options;
     options.model_key = "mlp_block";
     options.profile = {1, 3};
+    options.baseline = testing::slowed_baseline();
+    options.extra_opportunities = {testing::drop_planted_rewrites()};
     auto r = agent::optimize(model, testing::mlp_block_inputs(model), testing::agent_cpu_backend(), options);
     ASSERT_TRUE(r.ok()) << r.error().message;
     report_ = new json(report::report_json(*r, false));
@@ -81,7 +83,7 @@ TEST_F(ReportTest, EveryFigureOnThePageIsTheJsonValueItNames) {
 TEST_F(ReportTest, WaterfallAddsUpFromBaselineToFinal) {
   ASSERT_TRUE(report_);
   const json& w = (*report_)["waterfall"];
-  ASSERT_GE(w.size(), 2u) << "fusion should have been kept on the MLP block";
+  ASSERT_GE(w.size(), 2u) << "drop-repeats should have been kept";
   EXPECT_EQ(w[0]["level"], "baseline");
   EXPECT_DOUBLE_EQ(w[0]["seconds"].get<double>(), (*report_)["baseline"]["seconds"].get<double>());
   double gains = 0;
