@@ -20,6 +20,8 @@ bool is_library_op(Op op) {
          op == Op::pack_scales;
 }
 
+namespace {
+
 uint64_t fnv1a(uint64_t h, const void* data, size_t n) {
   const auto* p = static_cast<const uint8_t*>(data);
   for (size_t i = 0; i < n; ++i) {
@@ -404,6 +406,14 @@ Status Plan::run_steps(size_t begin, size_t end) {
     if (!st.ok()) return with_context(st.error(), step.label);
   }
   return ok_status();
+}
+
+Status Plan::execute_step(size_t index) {
+  if (index >= steps_.size()) {
+    return make_error(ErrorCode::invalid_argument,
+                      fmt::format("plan: step {} does not exist (the plan has {} steps)", index, steps_.size()));
+  }
+  return run_steps(index, index + 1);
 }
 
 Status Plan::run_per_step_stage() {

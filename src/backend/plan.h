@@ -99,6 +99,7 @@ class Plan {
   Backend& backend() const { return backend_; }
   // The generated source of the plan's module (empty when it has no kernels).
   const std::string& source() const { return source_; }
+  const Graph& graph() const { return graph_; }
 
   // One thing execute() does, in order: load steps, then per-step steps, then per-call steps.
   struct Step {
@@ -119,6 +120,9 @@ class Plan {
     std::string hash;   // kernel::kernel_hash
   };
   const std::vector<PlanKernel>& kernels() const { return kernels_; }
+  // Runs step `index` alone on the tensors as they are (no synchronization): the profiler times steps one by
+  // one with it (src/profile). Out of range is an error.
+  Status execute_step(size_t index);
 
  private:
   Plan(Backend& backend, const Graph& graph, const PlanOptions& options)

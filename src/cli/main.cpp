@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   kiln::cli::add_opt_command(app, &exit_code);
   kiln::cli::add_tune_command(app, &exit_code);
   kiln::cli::add_kb_command(app, &exit_code);
+  kiln::cli::add_optimize_command(app, &exit_code);
   std::string names;
   bool known = false;
   for (const CLI::App* sub : app.get_subcommands({})) {

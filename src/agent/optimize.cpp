@@ -1,0 +1,264 @@
+#include "agent/optimize.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <chrono>
+#include <nlohmann/json.hpp>
+
+#include "passes/pipeline.h"
+#include "ref/executor.h"
+
+namespace kiln::agent {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A Plan built, run once on the inputs, and ready to replay as deployed.
+struct Deployed {
+  PlanConfig config;
+  Graph graph;
+  std::unique_ptr<backend::Plan> plan;
+  std::map<std::string, Tensor> outputs;
+  std::function<Status()> replay;
+  bool captured = true;
+};
+
+class Loop {
+ public:
+  Loop(const Graph& model, const std::map<std::string, Tensor>& inputs, backend::Backend& backend,
+       const OptimizeOptions& options)
+      : model_(model), inputs_(inputs), backend_(backend), options_(options), start_(Clock::now()) {}
+
+  Result<OptimizeResult> run();
+
+ private:
+  double elapsed() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }
+  void say(const std::string& line) const {
+    if (options_.progress) options_.progress(fmt::format("[{:7.1f}s] {}", elapsed(), line));
+  }
+  Result<Deployed> deploy(const PlanConfig& config);
+  // Tries `opportunity` against current_; keeps it (replacing current_) if it wins.
+  void attempt(const Opportunity& opportunity);
+  Opportunity tuning_opportunity(const profile::PlanProfile& profile);
+
+  const Graph& model_;
+  const std::map<std::string, Tensor>& inputs_;
+  backend::Backend& backend_;
+  const OptimizeOptions& options_;
+  Clock::time_point start_;
+  std::map<std::string, Tensor> reference_;
+  int64_t reduction_length_ = 1;
+  Deployed current_;
+  OptimizeResult result_;
+};
+
+Result<Deployed> Loop::deploy(const PlanConfig& config) {
+  Deployed d;
+  d.config = config;
+  KILN_ASSIGN_OR_RETURN(d.graph, build_graph(model_, config));
+  backend::PlanOptions plan_options;
+  plan_options.schedules = config.schedules;
+  KILN_ASSIGN_OR_RETURN(d.plan, backend::Plan::build(backend_, d.graph, plan_options));
+  KILN_ASSIGN_OR_RETURN(d.outputs, d.plan->run(inputs_));
+  backend::Plan* plan = d.plan.get();
+  std::function<Status()> work = [plan] { return plan->execute(); };
+  auto captured = backend_.capture(work);
+  if (captured.ok()) {
+    d.replay = std::move(captured).value();
+  } else {
+    // A Plan with reference fallbacks copies to the host and cannot be captured; it runs step by step.
+    d.replay = work;
+    d.captured = false;
+    say("not captured, runs uncaptured: " + captured.error().message);
+  }
+  return d;
+}
+
+void Loop::attempt(const Opportunity& opportunity) {
+  AttemptRecord a;
+  a.opportunity = opportunity.name;
+  a.level = opportunity.level;
+  a.score = opportunity.score();
+  auto finish = [&](std::string outcome, std::string reason) {
+    a.outcome = std::move(outcome);
+    a.reason = std::move(reason);
+    a.elapsed_seconds = elapsed();
+    say(fmt::format("{}: {} ({})", a.opportunity, a.outcome, a.reason));
+    if (options_.knowledge) options_.knowledge->record(options_.model_key, result_.device.name, a);
+    result_.attempts.push_back(a);
+  };
+  if (elapsed() > options_.budget_seconds) {
+    return finish("skipped", fmt::format("the budget of {:.0f} s was spent", options_.budget_seconds));
+  }
+  if (options_.knowledge) {
+    if (auto known = options_.knowledge->known_outcome(options_.model_key, result_.device.name, opportunity.name)) {
+      result_.knowledge_reuse.push_back(*known);
+      return finish("skipped", "knowledge base: " + known->what);
+    }
+  }
+  say(fmt::format("trying {} (score {:.3f} = share {:.1f}% x gain {:.1f}%)", opportunity.name, a.score,
+                  opportunity.time_share * 100, opportunity.predicted_gain * 100));
+  if (!opportunity.apply) return finish("failed", "the opportunity has nothing to apply");
+  auto config = opportunity.apply(current_.config);
+  if (!config.ok()) return finish("failed", config.error().message);
+  auto candidate = deploy(*config);
+  if (!candidate.ok()) return finish("failed", "plan: " + candidate.error().message);
+  NumericsVerdict verdict =
+      judge_numerics(reference_, candidate->outputs, result_.baseline_errors, options_.numerics, reduction_length_);
+  a.errors = verdict.outputs;
+  if (!verdict.ok) return finish("numerics", verdict.reason);
+  auto ab = ab_compare(backend_, current_.replay, candidate->replay, options_.ab);
+  if (!ab.ok()) return finish("failed", "A/B: " + ab.error().message);
+  a.current_seconds = ab->a.median;
+  a.candidate_seconds = ab->b.median;
+  a.ratio = ab->ratio.median;
+  a.ratio_ci_low = ab->ratio.ci_low;
+  a.ratio_ci_high = ab->ratio.ci_high;
+  if (!ab->b_wins) return finish(ab->b_loses ? "slower" : "no win", ab->summary);
+  a.kept = true;
+  // The waterfall scales the previous figure by the interleaved ratio, so drift between separate
+  // measurements does not leak into the gains, and the gains add up to the total.
+  const double before = result_.waterfall.back().seconds;
+  const double after = before / ab->ratio.median;
+  result_.waterfall.push_back({opportunity.name, opportunity_level_name(opportunity.level), after, before - after});
+  result_.deployed_capture = result_.deployed_capture && candidate->captured;
+  current_ = std::move(candidate).value();
+  finish("kept", ab->summary);
+}
+
+Opportunity Loop::tuning_opportunity(const profile::PlanProfile& profile) {
+  Opportunity o = kernel_tuning_opportunity(profile);
+  if (!options_.tuner) return o;  // no apply: recorded as not attempted
+  std::vector<std::pair<double, size_t>> hot;
+  for (const profile::StepProfile& s : profile.steps) {
+    if (s.kind == "kernel") hot.push_back({s.seconds, s.index});
+  }
+  std::sort(hot.rbegin(), hot.rend());
+  std::vector<size_t> steps;
+  for (const auto& h : hot) steps.push_back(h.second);
+  o.apply = [this, steps](const PlanConfig& config) -> Result<PlanConfig> {
+    TuneRequest request{*current_.plan, backend_, steps, config.schedules};
+    KILN_ASSIGN_OR_RETURN(auto winners, options_.tuner(request));
+    if (winners.empty()) return make_error(ErrorCode::unsupported, "the tuner found nothing better than the defaults");
+    PlanConfig c = config;
+    for (auto& [hash, schedule] : winners) c.schedules[hash] = schedule;
+    return c;
+  };
+  return o;
+}
+
+Result<OptimizeResult> Loop::run() {
+  result_.model_key = options_.model_key;
+  result_.device = backend_.device();
+  result_.budget_seconds = options_.budget_seconds;
+  say("reference executor (fp64 oracle) on " + (options_.model_key.empty() ? model_.name : options_.model_key));
+  KILN_ASSIGN_OR_RETURN(reference_, ref::run_graph(model_, inputs_));
+  reduction_length_ = longest_accumulation(model_);
+
+  say("baseline: " + fmt::format("{}", fmt::join(options_.baseline.disabled_passes, ", ")) + " off");
+  auto baseline = deploy(options_.baseline);
+  if (!baseline.ok()) return with_context(baseline.error(), "baseline plan");
+  current_ = std::move(baseline).value();
+  NumericsVerdict verdict = judge_numerics(reference_, current_.outputs, {}, options_.numerics, reduction_length_);
+  if (!verdict.ok) return make_error(ErrorCode::verify_error, "the baseline plan does not match the reference: " + verdict.reason);
+  for (const OutputError& e : verdict.outputs) result_.baseline_errors[e.output] = e.max_error;
+  result_.deployed_capture = current_.captured;
+  KILN_ASSIGN_OR_RETURN(harness::TimingStats t, time_deployed(backend_, current_.replay, options_.ab));
+  result_.baseline_summary = current_.plan->summary();
+  result_.waterfall.push_back({"baseline (one kernel per op)", "baseline", t.median, 0});
+  say(fmt::format("baseline: {} kernels + {} library calls, {:.4g} ms end to end", result_.baseline_summary.kernels,
+                  result_.baseline_summary.library_calls, t.median * 1e3));
+
+  KILN_ASSIGN_OR_RETURN(result_.baseline_profile, profile::profile_plan(*current_.plan, backend_, options_.profile));
+  say(fmt::format("profiled {} steps ({:.4g} ms step by step)", result_.baseline_profile.steps.size(),
+                  result_.baseline_profile.steps_seconds * 1e3));
+
+  KILN_ASSIGN_OR_RETURN(std::vector<Opportunity> model_level,
+                        pass_opportunities(model_, current_.config, result_.baseline_profile));
+  std::vector<Opportunity> kernel_extras;
+  for (const Opportunity& o : options_.extra_opportunities) {
+    (o.level == OpportunityLevel::model ? model_level : kernel_extras).push_back(o);
+  }
+  rank_opportunities(model_level, false);
+  for (const Opportunity& o : model_level) {
+    say(fmt::format("opportunity {}: share {:.1f}% x gain {:.1f}% = {:.3f}", o.name, o.time_share * 100,
+                    o.predicted_gain * 100, o.score()));
+  }
+  result_.ranked = model_level;
+  for (const Opportunity& o : model_level) attempt(o);
+
+  // Kernel level, on the graph the model level left: its kernels are the ones worth tuning.
+  KILN_ASSIGN_OR_RETURN(profile::PlanProfile after_model, profile::profile_plan(*current_.plan, backend_, options_.profile));
+  std::vector<Opportunity> kernel_level = kernel_extras;
+  kernel_level.push_back(tuning_opportunity(after_model));
+  rank_opportunities(kernel_level, false);
+  for (const Opportunity& o : kernel_level) {
+    result_.ranked.push_back(o);
+    if (!o.apply && o.name == "tune-kernels") {
+      AttemptRecord a;
+      a.opportunity = o.name;
+      a.level = o.level;
+      a.score = o.score();
+      a.outcome = "skipped";
+      a.reason = "no tuner plugged in (src/tune, issue 5)";
+      a.elapsed_seconds = elapsed();
+      say(o.name + ": skipped (" + a.reason + ")");
+      result_.attempts.push_back(a);
+      continue;
+    }
+    attempt(o);
+  }
+  const bool kernels_changed = result_.waterfall.back().level == "kernel";
+  if (kernels_changed) {
+    KILN_ASSIGN_OR_RETURN(result_.final_profile, profile::profile_plan(*current_.plan, backend_, options_.profile));
+  } else {
+    result_.final_profile = std::move(after_model);
+  }
+  result_.final_summary = current_.plan->summary();
+  result_.final_config = current_.config;
+  result_.final_graph = current_.graph;
+  result_.elapsed_seconds = elapsed();
+  say(fmt::format("done: {:.4g} ms -> {:.4g} ms ({:.2f}x) in {:.0f} s", result_.baseline_seconds() * 1e3,
+                  result_.final_seconds() * 1e3, result_.baseline_seconds() / result_.final_seconds(),
+                  result_.elapsed_seconds));
+  return std::move(result_);
+}
+
+}  // namespace
+
+Result<OptimizeResult> optimize(const Graph& model, const std::map<std::string, Tensor>& inputs,
+                                backend::Backend& backend, const OptimizeOptions& options) {
+  Loop loop(model, inputs, backend, options);
+  return loop.run();
+}
+
+std::string final_plan_json(const OptimizeResult& result) {
+  nlohmann::json passes = nlohmann::json::array();
+  for (const std::string& name : passes::pipeline_pass_names()) {
+    if (!result.final_config.disabled_passes.count(name)) passes.push_back(name);
+  }
+  nlohmann::json rewrites = nlohmann::json::array();
+  for (const GraphRewrite& r : result.final_config.rewrites) rewrites.push_back(r.name);
+  nlohmann::json schedules = nlohmann::json::object();
+  for (const auto& [hash, schedule] : result.final_config.schedules) {
+    schedules[hash] = nlohmann::json::parse(kernel::schedule_to_json(schedule));
+  }
+  const backend::PlanSummary& s = result.final_summary;
+  nlohmann::json j = {{"format", "kiln-plan-config/1"},
+                      {"model", result.model_key},
+                      {"device", result.device.name},
+                      {"backend", result.device.kind},
+                      {"passes", passes},
+                      {"disabled_passes", result.final_config.disabled_passes},
+                      {"rewrites", rewrites},
+                      {"schedules", schedules},
+                      {"end_to_end_seconds", result.final_seconds()},
+                      {"kernels", s.kernels},
+                      {"library_calls", s.library_calls},
+                      {"fallbacks", s.fallbacks}};
+  return j.dump(2);
+}
+
+}  // namespace kiln::agent

@@ -1,0 +1,101 @@
+// The optimize loop (`kiln optimize`, DESIGN.md "agent loop"):
+//   1. baseline: the naive lowering (baseline_config: every op its own kernel or library call), verified
+//      against the reference executor, timed end to end as deployed (Backend::capture);
+//   2. profile it per step (src/profile);
+//   3. rank the opportunities (opportunities.h);
+//   4. for each in order, model-level first: apply, build the Plan (generate; tune for the kernel level),
+//      verify the whole model against the reference (numerics_gate.h) and A/B it against the current Plan
+//      (ab_gate.h); keep it only if it passes numerics and wins beyond noise, else drop it with the reason;
+//   5. profile the final Plan. The caller writes the plan, report and trace from the result.
+// Seams: a Tuner (src/tune, issue 5) and an OptimizeKnowledge adapter (src/kb, issue 9) plug in through the
+// options; extra opportunities (proposers, planted ones in tests) rank with the rest.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "agent/ab_gate.h"
+#include "agent/knowledge.h"
+#include "agent/numerics_gate.h"
+#include "agent/opportunities.h"
+#include "backend/plan.h"
+#include "profile/profile.h"
+
+namespace kiln::agent {
+
+// What a tuner is asked: the current Plan, the kernel steps worth tuning (hottest first) and the schedules in
+// force. It answers schedules by kernel hash (kernel::kernel_hash), which the loop merges into the config.
+struct TuneRequest {
+  const backend::Plan& plan;
+  backend::Backend& backend;
+  std::vector<size_t> kernel_steps;
+  const std::map<std::string, kernel::Schedule>& current;
+};
+using Tuner = std::function<Result<std::map<std::string, kernel::Schedule>>(const TuneRequest& request)>;
+
+struct OptimizeOptions {
+  std::string model_key;       // names the model in the report and to the knowledge base
+  double budget_seconds = 600;  // no attempt starts after this much time; the baseline always runs
+  PlanConfig baseline = baseline_config();  // where the loop starts (tests start from a planted slow one)
+  profile::ProfileOptions profile;
+  ABOptions ab;
+  NumericsPolicy numerics;
+  Tuner tuner;                             // empty: tune-kernels is recorded as not attempted
+  OptimizeKnowledge* knowledge = nullptr;  // empty until src/kb lands
+  std::vector<Opportunity> extra_opportunities;
+  std::function<void(const std::string& line)> progress;  // one line per event; may be empty
+};
+
+struct AttemptRecord {
+  std::string opportunity;
+  OpportunityLevel level = OpportunityLevel::model;
+  double score = 0;
+  bool kept = false;
+  std::string outcome;  // "kept", "slower", "no win", "numerics", "failed", "skipped"
+  std::string reason;
+  double current_seconds = 0;    // A's median in the A/B (0 if it never ran)
+  double candidate_seconds = 0;  // B's median
+  double ratio = 0, ratio_ci_low = 0, ratio_ci_high = 0;
+  std::vector<OutputError> errors;
+  double elapsed_seconds = 0;  // since the loop began, when the attempt ended
+};
+
+struct WaterfallEntry {
+  std::string label;
+  std::string level;     // "baseline" | "model" | "kernel"
+  double seconds = 0;    // end to end after this entry
+  double gain_seconds = 0;  // the entry before it minus this one (0 for the baseline)
+};
+
+struct OptimizeResult {
+  std::string model_key;
+  backend::DeviceInfo device;
+  PlanConfig final_config;
+  backend::PlanSummary baseline_summary, final_summary;
+  profile::PlanProfile baseline_profile, final_profile;
+  Graph final_graph;
+  std::map<std::string, double> baseline_errors;  // per output, vs the reference
+  bool deployed_capture = true;  // false when a Plan could not be captured and ran step by step
+  std::vector<Opportunity> ranked;
+  std::vector<AttemptRecord> attempts;
+  std::vector<WaterfallEntry> waterfall;
+  std::vector<KnowledgeReuse> knowledge_reuse;
+  double budget_seconds = 0;
+  double elapsed_seconds = 0;
+  double baseline_seconds() const { return waterfall.front().seconds; }
+  double final_seconds() const { return waterfall.back().seconds; }
+};
+
+// `inputs` binds every graph input (weights included). Errors: the baseline cannot be built, run or does
+// not match the reference in NaN/Inf placement; a failed attempt is recorded, not an error.
+Result<OptimizeResult> optimize(const Graph& model, const std::map<std::string, Tensor>& inputs,
+                                backend::Backend& backend, const OptimizeOptions& options);
+
+// The final plan as JSON: the pass list run, the disabled passes, rewrites and schedules by kernel hash (the
+// Plan artifact replaces this when Plan save lands).
+std::string final_plan_json(const OptimizeResult& result);
+
+}  // namespace kiln::agent

@@ -1,0 +1,68 @@
+#include "profile/profile.h"
+
+#include <algorithm>
+#include <chrono>
+
+namespace kiln::profile {
+
+const char* step_kind_name(backend::Plan::Step::Kind kind) {
+  switch (kind) {
+    case backend::Plan::Step::Kind::kernel: return "kernel";
+    case backend::Plan::Step::Kind::library: return "library";
+    case backend::Plan::Step::Kind::fallback: return "fallback";
+  }
+  return "?";
+}
+
+namespace {
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+}  // namespace
+
+Result<PlanProfile> profile_plan(backend::Plan& plan, backend::Backend& backend, const ProfileOptions& options) {
+  const std::vector<backend::Plan::Step>& steps = plan.steps();
+  for (int i = 0; i < options.warmup; ++i) KILN_TRY(plan.execute());
+  const int reps = std::max(1, options.repetitions);
+  // times[rep][step]
+  std::vector<std::vector<double>> times(reps, std::vector<double>(steps.size()));
+  using Clock = std::chrono::steady_clock;
+  for (int r = 0; r < reps; ++r) {
+    for (size_t s = 0; s < steps.size(); ++s) {
+      const auto start = Clock::now();
+      KILN_TRY(plan.execute_step(s));
+      KILN_TRY(backend.synchronize());
+      times[r][s] = std::chrono::duration<double>(Clock::now() - start).count();
+    }
+  }
+  PlanProfile profile;
+  profile.device = backend.device();
+  profile.repetitions = reps;
+  double offset = 0;
+  for (size_t s = 0; s < steps.size(); ++s) {
+    StepProfile sp;
+    sp.index = s;
+    sp.label = steps[s].label;
+    sp.kind = step_kind_name(steps[s].kind);
+    sp.op_class = step_op_class(plan.graph(), steps[s]);
+    sp.nodes = static_cast<int>(steps[s].nodes.size());
+    std::vector<double> samples;
+    for (int r = 0; r < reps; ++r) samples.push_back(times[r][s]);
+    sp.seconds = median_of(samples);
+    sp.start_seconds = offset;
+    offset += sp.seconds;
+    const OpCost cost = step_cost(plan.graph(), steps[s]);
+    sp.roofline = roofline_point(cost.flops, cost.bytes, profile.device);
+    sp.headroom = sp.roofline.floor_seconds > 0 ? sp.seconds / sp.roofline.floor_seconds : 0;
+    profile.steps_seconds += sp.seconds;
+    profile.class_seconds[static_cast<int>(sp.op_class)] += sp.seconds;
+    profile.steps.push_back(std::move(sp));
+  }
+  for (StepProfile& sp : profile.steps) sp.share = profile.steps_seconds > 0 ? sp.seconds / profile.steps_seconds : 0;
+  return profile;
+}
+
+}  // namespace kiln::profile

@@ -1,0 +1,53 @@
+// The per-step profile of a Plan: every step (generated kernel, library call, reference fallback) timed on
+// its own, in plan order, with its share of the total, its op class, and where it sits on the device's
+// roofline (bound, floor, headroom). The profile is what the optimize loop ranks opportunities from, what the
+// report breaks time down by, and what the trace (trace.h) draws.
+//
+// Timing: each repetition runs every step once in order, each step between two host clock reads with the
+// device synchronized after it (so a step's figure includes its launch and its wait, as a timeline of a
+// synchronized run shows them); a step's figure is the median over repetitions. The sum of the step figures
+// is therefore above the end-to-end time of the plan run as deployed, which the optimize loop measures
+// separately (Backend::capture).
+#pragma once
+
+#include <array>
+#include <string>
+#include <vector>
+
+#include "backend/plan.h"
+#include "profile/roofline.h"
+
+namespace kiln::profile {
+
+struct ProfileOptions {
+  int warmup = 1;       // whole-plan runs before timing
+  int repetitions = 5;  // timed runs; a step's figure is the median
+};
+
+struct StepProfile {
+  size_t index = 0;
+  std::string label;
+  std::string kind;  // "kernel" | "library" | "fallback"
+  OpClass op_class = OpClass::elementwise;
+  int nodes = 0;
+  double seconds = 0;        // median over repetitions
+  double start_seconds = 0;  // the steps before it laid end to end at their figures (the trace's timeline)
+  RooflinePoint roofline;
+  double share = 0;     // seconds / PlanProfile::steps_seconds
+  double headroom = 0;  // seconds / roofline.floor_seconds (0 when the step has no work to bound it)
+};
+
+struct PlanProfile {
+  backend::DeviceInfo device;
+  std::vector<StepProfile> steps;
+  double steps_seconds = 0;  // sum of the step figures
+  std::array<double, kOpClassCount> class_seconds{};  // steps_seconds split by StepProfile::op_class
+  int repetitions = 0;
+};
+
+// Profiles `plan`, whose inputs are already set (Plan::set_inputs). Errors are the plan's own.
+Result<PlanProfile> profile_plan(backend::Plan& plan, backend::Backend& backend, const ProfileOptions& options = {});
+
+const char* step_kind_name(backend::Plan::Step::Kind kind);
+
+}  // namespace kiln::profile

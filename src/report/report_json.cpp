@@ -1,0 +1,118 @@
+#include "report/report_json.h"
+
+#include <algorithm>
+
+namespace kiln::report {
+namespace {
+
+nlohmann::json step_json(const profile::StepProfile& s) {
+  return {{"step", s.index},
+          {"label", s.label},
+          {"kind", s.kind},
+          {"class", std::string(op_class_name(s.op_class))},
+          {"seconds", s.seconds},
+          {"share", s.share},
+          {"flops", s.roofline.flops},
+          {"bytes", s.roofline.bytes},
+          {"intensity", s.roofline.intensity()},
+          {"achieved_flops_per_second", s.seconds > 0 ? s.roofline.flops / s.seconds : 0.0},
+          {"floor_seconds", s.roofline.floor_seconds},
+          {"bound", std::string(bound_name(s.roofline.bound))},
+          {"headroom", s.headroom}};
+}
+
+nlohmann::json breakdown_json(const profile::PlanProfile& before, const profile::PlanProfile& after) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (int c = 0; c < kOpClassCount; ++c) {
+    const double b = before.class_seconds[c], a = after.class_seconds[c];
+    if (b == 0 && a == 0) continue;
+    rows.push_back({{"class", std::string(op_class_name(static_cast<OpClass>(c)))},
+                    {"before_seconds", b},
+                    {"after_seconds", a},
+                    {"before_share", before.steps_seconds > 0 ? b / before.steps_seconds : 0.0},
+                    {"after_share", after.steps_seconds > 0 ? a / after.steps_seconds : 0.0}});
+  }
+  return rows;
+}
+
+}  // namespace
+
+nlohmann::json report_json(const agent::OptimizeResult& r, bool knowledge_connected) {
+  nlohmann::json j;
+  j["format"] = kReportFormat;
+  j["model"] = r.model_key;
+  j["device"] = {{"kind", r.device.kind},
+                 {"name", r.device.name},
+                 {"compute_units", r.device.compute_units},
+                 {"bandwidth_bytes_per_second", r.device.bandwidth_bytes_per_second},
+                 {"flops_per_second", r.device.flops_per_second}};
+  j["budget_seconds"] = r.budget_seconds;
+  j["elapsed_seconds"] = r.elapsed_seconds;
+  j["deployed_capture"] = r.deployed_capture;
+  j["baseline"] = {{"seconds", r.baseline_seconds()},
+                   {"kernels", r.baseline_summary.kernels},
+                   {"library_calls", r.baseline_summary.library_calls},
+                   {"fallbacks", r.baseline_summary.fallbacks},
+                   {"max_errors", r.baseline_errors}};
+  j["final"] = {{"seconds", r.final_seconds()},
+                {"kernels", r.final_summary.kernels},
+                {"library_calls", r.final_summary.library_calls},
+                {"fallbacks", r.final_summary.fallbacks},
+                {"speedup", r.baseline_seconds() / r.final_seconds()}};
+  nlohmann::json waterfall = nlohmann::json::array();
+  for (const agent::WaterfallEntry& w : r.waterfall) {
+    waterfall.push_back({{"label", w.label}, {"level", w.level}, {"seconds", w.seconds}, {"gain_seconds", w.gain_seconds}});
+  }
+  j["waterfall"] = waterfall;
+  j["breakdown"] = {{"before_seconds", r.baseline_profile.steps_seconds},
+                    {"after_seconds", r.final_profile.steps_seconds},
+                    {"classes", breakdown_json(r.baseline_profile, r.final_profile)}};
+  nlohmann::json points = nlohmann::json::array();
+  for (const profile::StepProfile& s : r.final_profile.steps) {
+    if (s.roofline.flops > 0 && s.roofline.bytes > 0 && s.seconds > 0) points.push_back(step_json(s));
+  }
+  j["roofline"] = {{"bandwidth_bytes_per_second", r.device.bandwidth_bytes_per_second},
+                   {"flops_per_second", r.device.flops_per_second},
+                   {"points", points}};
+  std::vector<const profile::StepProfile*> hot;
+  for (const profile::StepProfile& s : r.final_profile.steps) hot.push_back(&s);
+  std::stable_sort(hot.begin(), hot.end(), [](auto* a, auto* b) { return a->seconds > b->seconds; });
+  nlohmann::json hot_steps = nlohmann::json::array();
+  for (size_t i = 0; i < hot.size() && i < 15; ++i) hot_steps.push_back(step_json(*hot[i]));
+  j["hot_steps"] = hot_steps;
+  nlohmann::json opportunities = nlohmann::json::array();
+  for (const agent::Opportunity& o : r.ranked) {
+    opportunities.push_back({{"name", o.name},
+                             {"level", agent::opportunity_level_name(o.level)},
+                             {"description", o.description},
+                             {"time_share", o.time_share},
+                             {"predicted_gain", o.predicted_gain},
+                             {"score", o.score()}});
+  }
+  j["opportunities"] = opportunities;
+  nlohmann::json attempts = nlohmann::json::array();
+  for (const agent::AttemptRecord& a : r.attempts) {
+    nlohmann::json errors = nlohmann::json::object();
+    for (const agent::OutputError& e : a.errors) errors[e.output] = {{"max_error", e.max_error}, {"allowed", e.allowed}};
+    attempts.push_back({{"opportunity", a.opportunity},
+                        {"level", agent::opportunity_level_name(a.level)},
+                        {"score", a.score},
+                        {"kept", a.kept},
+                        {"outcome", a.outcome},
+                        {"reason", a.reason},
+                        {"current_seconds", a.current_seconds},
+                        {"candidate_seconds", a.candidate_seconds},
+                        {"ratio", a.ratio},
+                        {"ratio_ci_low", a.ratio_ci_low},
+                        {"ratio_ci_high", a.ratio_ci_high},
+                        {"errors", errors},
+                        {"elapsed_seconds", a.elapsed_seconds}});
+  }
+  j["attempts"] = attempts;
+  nlohmann::json reuse = nlohmann::json::array();
+  for (const agent::KnowledgeReuse& k : r.knowledge_reuse) reuse.push_back({{"opportunity", k.opportunity}, {"what", k.what}});
+  j["knowledge_base"] = {{"connected", knowledge_connected}, {"reuse", reuse}};
+  return j;
+}
+
+}  // namespace kiln::report

@@ -1,0 +1,135 @@
+// The optimize loop on the CPU: planted opportunities that regress are dropped with their reason (numerics,
+// slower), a planted clear win is kept, and a tuner plugged in is asked for the kernels.
+#include "agent/optimize.h"
+
+#include <gtest/gtest.h>
+
+#include "agent_test_util.h"
+
+namespace kiln {
+namespace {
+
+agent::Opportunity planted(const std::string& name, std::function<Result<Graph>(const Graph&)> rewrite) {
+  agent::Opportunity o;
+  o.name = name;
+  o.level = agent::OpportunityLevel::model;
+  o.time_share = 1.0;
+  o.predicted_gain = 1.0;  // ranks first: the gates, not the ranking, must stop it
+  o.apply = [name, rewrite](const agent::PlanConfig& current) -> Result<agent::PlanConfig> {
+    agent::PlanConfig c = current;
+    c.rewrites.push_back({name, rewrite});
+    return c;
+  };
+  return o;
+}
+
+const agent::AttemptRecord* find_attempt(const agent::OptimizeResult& r, const std::string& name) {
+  for (const auto& a : r.attempts) {
+    if (a.opportunity == name) return &a;
+  }
+  return nullptr;
+}
+
+TEST(AgentOptimize, DropsPlantedRegressionsWithTheirReason) {
+  const Graph model = testing::mlp_block_graph();
+  agent::OptimizeOptions options;
+  options.model_key = "mlp_block";
+  options.profile = {1, 3};
+  options.extra_opportunities = {planted("planted-wrong", testing::square_outputs),
+                                 planted("planted-slower", [](const Graph& g) { return testing::repeat_gemms(g, 6); })};
+  std::vector<std::string> progress;
+  options.progress = [&progress](const std::string& line) { progress.push_back(line); };
+  auto r = agent::optimize(model, testing::mlp_block_inputs(model), testing::agent_cpu_backend(), options);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+
+  const agent::AttemptRecord* wrong = find_attempt(*r, "planted-wrong");
+  ASSERT_NE(wrong, nullptr);
+  EXPECT_FALSE(wrong->kept);
+  EXPECT_EQ(wrong->outcome, "numerics");
+  EXPECT_NE(wrong->reason.find("output 'out'"), std::string::npos) << wrong->reason;
+  EXPECT_NE(wrong->reason.find("max error"), std::string::npos) << wrong->reason;
+
+  const agent::AttemptRecord* slower = find_attempt(*r, "planted-slower");
+  ASSERT_NE(slower, nullptr);
+  EXPECT_FALSE(slower->kept);
+  EXPECT_EQ(slower->outcome, "slower") << slower->reason;
+  EXPECT_LT(slower->ratio, 1.0);
+  EXPECT_GT(slower->candidate_seconds, slower->current_seconds);
+
+  // What was kept is in the final config; the planted rewrites are not.
+  EXPECT_TRUE(r->final_config.rewrites.empty());
+  for (const auto& w : r->waterfall) {
+    EXPECT_NE(w.label, "planted-wrong");
+    EXPECT_NE(w.label, "planted-slower");
+  }
+  // Every fusion pass was tried and judged (whether it wins here depends on the machine's load).
+  for (const std::string& pass : agent::fusion_pass_names()) {
+    const agent::AttemptRecord* a = find_attempt(*r, pass);
+    ASSERT_NE(a, nullptr) << pass;
+    EXPECT_NE(a->outcome, "failed") << pass << ": " << a->reason;
+    EXPECT_EQ(a->kept, !r->final_config.disabled_passes.count(pass)) << pass;
+  }
+  // No tuner: tuning is recorded, not silently left out.
+  const agent::AttemptRecord* tune = find_attempt(*r, "tune-kernels");
+  ASSERT_NE(tune, nullptr);
+  EXPECT_EQ(tune->outcome, "skipped");
+  EXPECT_FALSE(progress.empty());
+}
+
+TEST(AgentOptimize, KeepsAPlantedWinAndItsWaterfall) {
+  const Graph model = testing::mlp_block_graph();
+  agent::OptimizeOptions options;
+  options.profile = {1, 2};
+  options.baseline = testing::slowed_baseline();
+  options.extra_opportunities = {testing::drop_planted_rewrites()};
+  auto r = agent::optimize(model, testing::mlp_block_inputs(model), testing::agent_cpu_backend(), options);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  const agent::AttemptRecord* drop = find_attempt(*r, "drop-repeats");
+  ASSERT_NE(drop, nullptr);
+  EXPECT_TRUE(drop->kept) << drop->reason;
+  EXPECT_GT(drop->ratio_ci_low, 1.0);
+  EXPECT_TRUE(r->final_config.rewrites.empty());
+  ASSERT_GE(r->waterfall.size(), 2u);
+  EXPECT_LT(r->final_seconds(), r->baseline_seconds());
+  EXPECT_LT(r->final_profile.steps.size(), r->baseline_profile.steps.size());  // the dead GEMMs are gone
+}
+
+TEST(AgentOptimize, AsksThePluggedTunerForTheHotKernels) {
+  const Graph model = testing::mlp_block_graph();
+  agent::OptimizeOptions options;
+  options.profile = {1, 2};
+  options.ab.rounds = 4;
+  int calls = 0;
+  size_t kernel_steps = 0;
+  options.tuner = [&](const agent::TuneRequest& request) -> Result<std::map<std::string, kernel::Schedule>> {
+    ++calls;
+    kernel_steps = request.kernel_steps.size();
+    for (size_t s : request.kernel_steps) {
+      EXPECT_EQ(request.plan.steps().at(s).kind, backend::Plan::Step::Kind::kernel);
+    }
+    return std::map<std::string, kernel::Schedule>{};  // nothing better: recorded as a failed attempt
+  };
+  auto r = agent::optimize(model, testing::mlp_block_inputs(model), testing::agent_cpu_backend(), options);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(calls, 1);
+  EXPECT_GT(kernel_steps, 0u);
+  const agent::AttemptRecord* tune = find_attempt(*r, "tune-kernels");
+  ASSERT_NE(tune, nullptr);
+  EXPECT_EQ(tune->outcome, "failed");
+  EXPECT_NE(tune->reason.find("nothing better"), std::string::npos);
+}
+
+TEST(AgentOptimize, SpentBudgetSkipsEveryAttempt) {
+  const Graph model = testing::mlp_block_graph();
+  agent::OptimizeOptions options;
+  options.budget_seconds = 1e-9;
+  options.profile = {1, 1};
+  auto r = agent::optimize(model, testing::mlp_block_inputs(model), testing::agent_cpu_backend(), options);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->waterfall.size(), 1u);
+  for (const auto& a : r->attempts) EXPECT_EQ(a.outcome, "skipped") << a.opportunity;
+  EXPECT_DOUBLE_EQ(r->final_seconds(), r->baseline_seconds());
+}
+
+}  // namespace
+}  // namespace kiln

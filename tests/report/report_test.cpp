@@ -1,0 +1,148 @@
+// The report's figures are the ones measured: a real optimize run on the CPU, its report JSON, and the HTML
+// rendered from it. Every figure on the page is recomputed from the JSON value it names; the waterfall adds
+// up; the breakdown sums to its totals; the page is self-contained.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <regex>
+
+#include "../agent/agent_test_util.h"
+#include "agent/optimize.h"
+#include "report/report_html.h"
+#include "report/report_json.h"
+
+namespace kiln {
+namespace {
+
+using nlohmann::json;
+
+class ReportTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    const Graph model = testing::mlp_block_graph();
+    agent::OptimizeOptions options;
+    options.model_key = "mlp_block";
+    options.profile = {1, 3};
+    options.baseline = testing::slowed_baseline();
+    options.extra_opportunities = {testing::drop_planted_rewrites()};
+    auto r = agent::optimize(model, testing::mlp_block_inputs(model), testing::agent_cpu_backend(), options);
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    report_ = new json(report::report_json(*r, false));
+    html_ = new std::string(report::render_report_html(*report_));
+  }
+  static void TearDownTestSuite() {
+    delete report_;
+    delete html_;
+  }
+  static json* report_;
+  static std::string* html_;
+};
+json* ReportTest::report_ = nullptr;
+std::string* ReportTest::html_ = nullptr;
+
+// The value a figure's text shows, in the JSON's units (report_html.h: ms, s, %, ×, or a count).
+double shown_value(const std::string& text) {
+  size_t used = 0;
+  const double v = std::stod(text, &used);
+  const std::string unit = text.substr(used);
+  if (unit == " ms") return v / 1e3;
+  if (unit == " s") return v;
+  if (unit == "%") return v / 100;
+  if (unit == "×") return v;
+  EXPECT_EQ(unit, "") << "unknown unit in '" << text << "'";
+  return v;
+}
+
+TEST_F(ReportTest, EveryFigureOnThePageIsTheJsonValueItNames) {
+  ASSERT_TRUE(report_ && html_);
+  const std::regex figure("<(td|span) data-k=\"([^\"]+)\">([^<]*)</(td|span)>");
+  int figures = 0;
+  std::set<std::string> pointers;
+  for (auto it = std::sregex_iterator(html_->begin(), html_->end(), figure); it != std::sregex_iterator(); ++it) {
+    const std::string pointer = (*it)[2], text = (*it)[3];
+    ASSERT_TRUE(report_->contains(json::json_pointer(pointer))) << pointer;
+    const double want = report_->at(json::json_pointer(pointer)).get<double>();
+    const double got = shown_value(text);
+    EXPECT_NEAR(got, want, 1e-3 * std::abs(want) + 1e-15) << pointer << " shows '" << text << "'";
+    pointers.insert(pointer);
+    ++figures;
+  }
+  // The figures the brief asks for are all on the page.
+  for (size_t i = 0; i < (*report_)["waterfall"].size(); ++i) {
+    EXPECT_TRUE(pointers.count("/waterfall/" + std::to_string(i) + "/seconds")) << i;
+    EXPECT_TRUE(pointers.count("/waterfall/" + std::to_string(i) + "/gain_seconds")) << i;
+  }
+  for (size_t i = 0; i < (*report_)["breakdown"]["classes"].size(); ++i) {
+    EXPECT_TRUE(pointers.count("/breakdown/classes/" + std::to_string(i) + "/after_seconds")) << i;
+  }
+  EXPECT_TRUE(pointers.count("/final/seconds"));
+  EXPECT_TRUE(pointers.count("/final/speedup"));
+  EXPECT_GT(figures, 20);
+}
+
+TEST_F(ReportTest, WaterfallAddsUpFromBaselineToFinal) {
+  ASSERT_TRUE(report_);
+  const json& w = (*report_)["waterfall"];
+  ASSERT_GE(w.size(), 2u) << "drop-repeats should have been kept";
+  EXPECT_EQ(w[0]["level"], "baseline");
+  EXPECT_DOUBLE_EQ(w[0]["seconds"].get<double>(), (*report_)["baseline"]["seconds"].get<double>());
+  double gains = 0;
+  for (size_t i = 1; i < w.size(); ++i) {
+    const double gain = w[i]["gain_seconds"].get<double>();
+    EXPECT_GT(gain, 0) << w[i]["label"];
+    EXPECT_NEAR(w[i]["seconds"].get<double>(), w[i - 1]["seconds"].get<double>() - gain, 1e-12);
+    gains += gain;
+  }
+  const double baseline = (*report_)["baseline"]["seconds"].get<double>();
+  const double final_s = (*report_)["final"]["seconds"].get<double>();
+  EXPECT_NEAR(final_s, w.back()["seconds"].get<double>(), 1e-15);
+  EXPECT_NEAR(baseline - gains, final_s, 1e-12);
+  EXPECT_NEAR((*report_)["final"]["speedup"].get<double>(), baseline / final_s, 1e-9);
+  // Each kept step is a kept attempt, in order.
+  std::vector<std::string> kept;
+  for (const json& a : (*report_)["attempts"]) {
+    if (a["kept"].get<bool>()) kept.push_back(a["opportunity"]);
+  }
+  ASSERT_EQ(kept.size(), w.size() - 1);
+  for (size_t i = 0; i < kept.size(); ++i) EXPECT_EQ(w[i + 1]["label"], kept[i]);
+}
+
+TEST_F(ReportTest, BreakdownSumsToTheProfiledTotals) {
+  ASSERT_TRUE(report_);
+  const json& b = (*report_)["breakdown"];
+  double before = 0, after = 0, before_share = 0, after_share = 0;
+  for (const json& c : b["classes"]) {
+    before += c["before_seconds"].get<double>();
+    after += c["after_seconds"].get<double>();
+    before_share += c["before_share"].get<double>();
+    after_share += c["after_share"].get<double>();
+  }
+  EXPECT_NEAR(before, b["before_seconds"].get<double>(), 1e-12);
+  EXPECT_NEAR(after, b["after_seconds"].get<double>(), 1e-12);
+  EXPECT_NEAR(before_share, 1, 1e-9);
+  EXPECT_NEAR(after_share, 1, 1e-9);
+}
+
+TEST_F(ReportTest, PageIsSelfContainedWithRooflineAndRejections) {
+  ASSERT_TRUE(report_ && html_);
+  for (const char* external : {"http://", "https://", "<link", "<script", " src="}) {
+    EXPECT_EQ(html_->find(external), std::string::npos) << external;
+  }
+  // One circle per roofline point.
+  size_t circles = 0;
+  for (size_t at = html_->find("<circle"); at != std::string::npos; at = html_->find("<circle", at + 1)) ++circles;
+  EXPECT_EQ(circles, (*report_)["roofline"]["points"].size());
+  EXPECT_GT(circles, 0u);
+  // Every dropped attempt is in the rejected table with its reason.
+  const size_t rejected = html_->find("<h2>Rejected attempts</h2>");
+  ASSERT_NE(rejected, std::string::npos);
+  for (const json& a : (*report_)["attempts"]) {
+    if (a["kept"].get<bool>()) continue;
+    EXPECT_NE(html_->find("<td>" + a["opportunity"].get<std::string>() + "</td>", rejected), std::string::npos)
+        << a["opportunity"];
+  }
+  EXPECT_NE(html_->find("No knowledge base in this run"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kiln
