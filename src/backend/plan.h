@@ -99,7 +99,6 @@ class Plan {
   Backend& backend() const { return backend_; }
   // The generated source of the plan's module (empty when it has no kernels).
   const std::string& source() const { return source_; }
-  const Graph& graph() const { return graph_; }
 
   // One thing execute() does, in order: load steps, then per-step steps, then per-call steps.
   struct Step {
