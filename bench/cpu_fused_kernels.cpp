@@ -1,72 +1,159 @@
 // Benchmark (not a test): generated fused memory-bound kernels on the CPU backend against the machine's
-// measured memcpy bandwidth, and a fused vs unfused plan of a FLUX double block.
-// Build: g++ -O2 -std=c++20 -Isrc bench/cpu_fused_kernels.cpp build/release/libkiln.a -lfmt -lopenblas -o /tmp/kb
+// measured memcpy bandwidth, at 1 and at all cores, and a fused vs unfused plan of a FLUX double block.
+// Each kernel's bytes are the kernel IR's count (inputs read once + outputs written once).
+// Build: g++ -O2 -std=c++20 -Isrc -DKILN_VERSION='"0.1.0"' bench/cpu_fused_kernels.cpp build/release/libkiln.a \
+//          -lfmt -lopenblas -lpthread -o /tmp/kb
+// Run:   /tmp/kb [--json PATH] [--source NAME] [--quick]
+//   --source NAME  print the generated source of kernel NAME (rmsnorm, layernorm_modulate, ...) and exit
+//   --quick        kernels only, no block
 #include <fmt/format.h>
+
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/plan.h"
 #include "harness/inputs.h"
+#include "kernel/kernel_ir.h"
 #include "models/zoo.h"
+#include "passes/fuse_rows.h"
 #include "passes/pipeline.h"
 
 using namespace kiln;
 
-Graph norm_graph(bool layernorm, int64_t rows, int64_t cols) {
+// One memory-bound graph of a FLUX block, bf16.
+struct Case {
+  std::string name;
+  std::string shape;
+  Graph graph;
+};
+
+Case norm_case(bool layernorm, int64_t rows, int64_t cols) {
   Graph g;
   const ValueId x = *g.add_input("x", {DType::bf16, {rows, cols}}, Binding::per_call);
-  const ValueId w = *g.add_input("w", {DType::bf16, {cols}}, Binding::weight);
-  const ValueId shift = *g.add_input("shift", {DType::bf16, {1, cols}}, Binding::per_call);
   ValueId y;
-  if (layernorm) {
+  if (layernorm) {  // FLUX's modulated layernorm: (1 + scale) * layernorm(x) + shift
+    const ValueId scale = *g.add_input("scale", {DType::bf16, {1, cols}}, Binding::per_call);
+    const ValueId shift = *g.add_input("shift", {DType::bf16, {1, cols}}, Binding::per_call);
     const ValueId n = (*g.add_node(Op::layernorm, {x}, {}, {"n"}))[0];
-    const ValueId m = (*g.add_node(Op::mul, {n, shift}, {}, {"m"}))[0];
+    const ValueId m = (*g.add_node(Op::mul, {n, scale}, {}, {"m"}))[0];
     y = (*g.add_node(Op::add, {m, shift}, {}, {"y"}))[0];
   } else {
+    const ValueId w = *g.add_input("w", {DType::bf16, {cols}}, Binding::weight);
     y = (*g.add_node(Op::rmsnorm, {x, w}, {}, {"y"}))[0];
   }
   KILN_CHECK(g.add_output("y", y).ok());
-  return g;
+  return {layernorm ? "layernorm_modulate" : "rmsnorm", fmt::format("[{},{}]", rows, cols), std::move(g)};
+}
+
+Case unary_case(const std::string& name, Op op, const Attrs& attrs, int64_t rows, int64_t cols, int64_t out_cols) {
+  Graph g;
+  const ValueId x = *g.add_input("x", {DType::bf16, {rows, cols}}, Binding::per_call);
+  const ValueId y = (*g.add_node(op, {x}, attrs, {"y"}))[0];
+  KILN_CHECK(g.add_output("y", y).ok());
+  return {name, fmt::format("[{},{}]->[{},{}]", rows, cols, rows, out_cols), std::move(g)};
 }
 
 std::map<std::string, Tensor> inputs_of(const Graph& g) {
   std::map<std::string, Tensor> in;
   uint64_t i = 0;
-  for (const GraphInput& x : g.inputs()) in[g.value(x.value).name] = harness::draw_input(g.value(x.value).type, harness::Distribution::normal, ++i);
+  for (const GraphInput& x : g.inputs()) {
+    in[g.value(x.value).name] = harness::draw_input(g.value(x.value).type, harness::Distribution::normal, ++i);
+  }
   return in;
 }
 
-double plan_seconds(backend::Backend& b, const Graph& g, int reps) {
-  auto plan = backend::Plan::build(b, g);
+double plan_seconds(backend::Backend& b, const Graph& g, const backend::PlanOptions& options, int reps,
+                    std::string* source = nullptr) {
+  auto plan = backend::Plan::build(b, g, options);
   KILN_CHECK(plan.ok());
+  if (source) *source = (*plan)->source();
   KILN_CHECK((*plan)->set_inputs(inputs_of(g)).ok());
   auto t = b.time([&] { return (*plan)->execute(); }, {3, reps});
   KILN_CHECK(t.ok());
   return t->median_seconds;
 }
 
-int main() {
+int main(int argc, char** argv) {
+  std::string json_path, source_of;
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--json") && i + 1 < argc) {
+      json_path = argv[++i];
+    } else if (!std::strcmp(argv[i], "--source") && i + 1 < argc) {
+      source_of = argv[++i];
+    } else if (!std::strcmp(argv[i], "--quick")) {
+      quick = true;
+    } else {
+      fmt::print(stderr, "usage: {} [--json PATH] [--source NAME] [--quick]\n", argv[0]);
+      return 2;
+    }
+  }
   auto backend = backend::make_cpu_backend();
   const backend::DeviceInfo& d = backend->device();
-  fmt::print("device {} ({} cores): memcpy {:.2f} GB/s, sgemm {:.1f} GFLOP/s\n", d.name, d.compute_units,
-             d.bandwidth_bytes_per_second / 1e9, d.flops_per_second / 1e9);
-  for (bool ln : {false, true}) {
-    const Graph g = norm_graph(ln, 4096, 3072);
-    auto opt = passes::run_pipeline(g);
+  const double bw = d.bandwidth_bytes_per_second;
+  fmt::print("device {} ({} cores): memcpy {:.2f} GB/s, sgemm {:.1f} GFLOP/s\n", d.name, d.compute_units, bw / 1e9,
+             d.flops_per_second / 1e9);
+  nlohmann::json report = {{"device", d.name}, {"cores", d.compute_units}, {"memcpy_bytes_per_second", bw}};
+
+  std::vector<Case> cases;
+  cases.push_back(norm_case(false, 4096, 3072));
+  cases.push_back(norm_case(true, 4096, 3072));
+  {
+    Case qk = norm_case(false, 4096 * 24, 128);
+    qk.name = "rmsnorm_qk_heads";
+    cases.push_back(std::move(qk));
+  }
+  cases.push_back(unary_case("swiglu", Op::swiglu, {}, 1024, 2 * 6144, 6144));
+  cases.push_back(unary_case("gelu_tanh", Op::gelu, {{"approximate", std::string("tanh")}}, 1024, 12288, 12288));
+  for (Case& c : cases) {
+    auto opt = passes::run_pipeline(c.graph);
     KILN_CHECK(opt.ok());
-    const double bytes = 2.0 * 4096 * 3072 * 2 + 3072 * 2 * 2;
-    const double s = plan_seconds(*backend, opt->graph, 20);
-    fmt::print("{} bf16[4096,3072]: {:.3f} ms, {:.2f} GB/s = {:.0f}% of memcpy\n", ln ? "layernorm+modulate" : "rmsnorm",
-               s * 1e3, bytes / s / 1e9, 100 * bytes / s / d.bandwidth_bytes_per_second);
+    const std::vector<passes::FusedGroup> groups = passes::collect_fused_groups(opt->graph);
+    KILN_CHECK(!groups.empty());
+    size_t main_group = 0;  // the per-call kernel (a weight may add a load-time group)
+    for (size_t i = 1; i < groups.size(); ++i) {
+      if (groups[i].bytes > groups[main_group].bytes) main_group = i;
+    }
+    auto k = kernel::lower_nodes(opt->graph, groups[main_group].members, c.name);
+    KILN_CHECK(k.ok());
+    if (!source_of.empty()) {
+      if (source_of != c.name) continue;
+      std::string source;
+      plan_seconds(*backend, opt->graph, {}, 1, &source);
+      fmt::print("{}\n", source);
+      return 0;
+    }
+    for (int threads : d.compute_units > 1 ? std::vector<int>{1, d.compute_units} : std::vector<int>{1}) {
+      backend::PlanOptions options;
+      options.schedules[kernel::kernel_hash(*k)] = kernel::default_schedule(*k, kernel::Target::cpu, threads);
+      const double s = plan_seconds(*backend, opt->graph, options, 20);
+      const double pct = 100 * k->bytes / s / bw;
+      fmt::print("{:<20} bf16{:<22} threads={}: {:8.3f} ms, {:6.2f} GB/s = {:3.0f}% of memcpy\n", c.name, c.shape,
+                 threads, s * 1e3, k->bytes / s / 1e9, pct);
+      report["kernels"].push_back({{"name", c.name}, {"shape", c.shape}, {"threads", threads}, {"bytes", k->bytes},
+                                   {"median_seconds", s}, {"percent_of_memcpy", pct}});
+    }
   }
-  for (const char* spec : {"flux1-double-block:tiny,img_tokens=2048,txt_tokens=256"}) {
-    auto model = models::build_zoo_model(spec);
-    KILN_CHECK(model.ok());
-    auto fused = passes::run_pipeline(*model);
-    passes::PipelineOptions no_fusion;
-    no_fusion.disabled = {"fuse-rows"};
-    auto unfused = passes::run_pipeline(*model, no_fusion);
-    KILN_CHECK(fused.ok() && unfused.ok());
-    const double f = plan_seconds(*backend, fused->graph, 20), u = plan_seconds(*backend, unfused->graph, 20);
-    fmt::print("{}: fused plan {:.3f} ms, unfused plan {:.3f} ms, unfused/fused {:.2f}x\n", spec, f * 1e3, u * 1e3, u / f);
+  if (!source_of.empty()) {
+    fmt::print(stderr, "no kernel named '{}'\n", source_of);
+    return 2;
   }
+  if (!quick) {
+    for (const char* spec : {"flux1-double-block:tiny,img_tokens=2048,txt_tokens=256"}) {
+      auto model = models::build_zoo_model(spec);
+      KILN_CHECK(model.ok());
+      auto fused = passes::run_pipeline(*model);
+      passes::PipelineOptions no_fusion;
+      no_fusion.disabled = {"fuse-rows"};
+      auto unfused = passes::run_pipeline(*model, no_fusion);
+      KILN_CHECK(fused.ok() && unfused.ok());
+      const double f = plan_seconds(*backend, fused->graph, {}, 20), u = plan_seconds(*backend, unfused->graph, {}, 20);
+      fmt::print("{}: fused plan {:.3f} ms, unfused plan {:.3f} ms, unfused/fused {:.2f}x\n", spec, f * 1e3, u * 1e3,
+                 u / f);
+      report["blocks"].push_back({{"model", spec}, {"fused_seconds", f}, {"unfused_seconds", u}, {"unfused_over_fused", u / f}});
+    }
+  }
+  if (!json_path.empty()) std::ofstream(json_path) << report.dump(1) << "\n";
 }

@@ -121,10 +121,29 @@ Status can_implement(const Kernel& k, const Schedule& s, Target target) {
 Schedule default_schedule(const Kernel& k, Target target, int cores) {
   Schedule s;
   if (target == Target::cuda) {
-    s.threads_per_row = k.max_row_elements() >= 1024 ? 256 : 32;
+    // 16 bytes per thread and step (8 bf16, 4 f32) where the row length allows, and a block width that
+    // divides the row's vector steps, so no thread idles on the last step.
+    const int64_t row = std::max<int64_t>(1, k.max_row_elements());
+    size_t narrowest = 4;
+    for (const KernelParam& p : k.inputs) narrowest = std::min(narrowest, std::max<size_t>(1, dtype_size(p.type.dtype)));
+    for (const KernelParam& p : k.outputs) narrowest = std::min(narrowest, std::max<size_t>(1, dtype_size(p.type.dtype)));
+    int width = static_cast<int>(std::min<size_t>(8, 16 / narrowest));
+    while (width > 1 && (row % width != 0 || row / width < 32)) width /= 2;
+    const int64_t steps = row / width;
+    int tpr = 32;
+    for (int t : {256, 128, 64}) {
+      if (steps % t == 0) {
+        tpr = t;
+        break;
+      }
+    }
+    if (steps % tpr != 0 && steps >= 1024) tpr = 256;
+    s.threads_per_row = tpr;
     s.threads = 1;
-    s.rows_per_task = 1;
-    s.vector_width = 1;
+    s.vector_width = width;
+    // Short rows: several rows per block so a block has at least 128 threads.
+    s.rows_per_task = std::clamp<int64_t>(128 / tpr, 1, std::max<int64_t>(1, k.rows));
+    if (!can_implement(k, s, target).ok()) s.rows_per_task = 1;
     if (!can_implement(k, s, target).ok()) s.cache_row = false;
     return s;
   }

@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <fmt/format.h>
+
 #include "harness/verify.h"
 #include "kernel/emit.h"
 #include "kernel/kernel_ir.h"
@@ -115,7 +117,10 @@ TEST(KernelSchedule, CanImplementAndSpace) {
   ASSERT_TRUE(fk.ok());
   const Kernel& k = fk->second;
   EXPECT_TRUE(can_implement(k, default_schedule(k, Target::cpu, 2), Target::cpu).ok());
-  EXPECT_TRUE(can_implement(k, default_schedule(k, Target::cuda, 132), Target::cuda).ok());
+  const Schedule cuda = default_schedule(k, Target::cuda, 132);
+  EXPECT_TRUE(can_implement(k, cuda, Target::cuda).ok());
+  EXPECT_EQ(cuda.vector_width, 8);       // 16 bytes of bf16 per thread and step
+  EXPECT_EQ(cuda.threads_per_row, 128);  // 3072 / 8 = 384 steps = 3 per thread
   Schedule s;
   s.threads_per_row = 32;
   Status st = can_implement(k, s, Target::cpu);
@@ -153,6 +158,38 @@ TEST(KernelEmit, HarnessVerifiesAGeneratedKernel) {
   }
 }
 
+// Rounding a sum to bf16: when both operands hold bf16 values the kernel adds in f32 and rounds once (exact,
+// and vectorizable); other operands keep the double + round-to-odd form. Each form is checked against the
+// reference by the harness.
+TEST(KernelEmit, Bf16SumsOfBf16ValuesRoundInF32) {
+  for (DType other : {DType::bf16, DType::f32}) {
+    Graph g;
+    const ValueId x = *g.add_input("x", {DType::bf16, {9, 40}}, Binding::per_call);
+    const ValueId b = *g.add_input("b", {other, {1, 40}}, Binding::per_call);
+    ValueId bb = b;
+    if (other != DType::bf16) {  // an f32 value (not bf16-valued) added, the result rounded to bf16
+      const ValueId xf = (*g.add_node(Op::cast, {x}, {{"to", std::string("f32")}}, {"xf"}))[0];
+      const ValueId sum = (*g.add_node(Op::add, {xf, b}, {}, {"sum"}))[0];
+      bb = (*g.add_node(Op::cast, {sum}, {{"to", std::string("bf16")}}, {"y"}))[0];
+    } else {
+      bb = (*g.add_node(Op::add, {x, b}, {}, {"y"}))[0];
+    }
+    ASSERT_TRUE(g.add_output("y", bb).ok());
+    auto fk = fused_kernel(g);
+    ASSERT_TRUE(fk.ok()) << fk.error().message;
+    auto source = emit_harness_candidate(fk->second, default_schedule(fk->second, Target::cpu, 1));
+    ASSERT_TRUE(source.ok());
+    const bool double_form = source->find("kiln_round_bf16_d((double)") != std::string::npos;
+    EXPECT_EQ(double_form, other != DType::bf16) << *source;
+    auto task = kernel_task(fk->first, fk->second);
+    ASSERT_TRUE(task.ok()) << task.error().message;
+    harness::CompileOptions co;
+    co.flags = {"-O2", "-std=c++17", "-fopenmp-simd", "-shared", "-fPIC", "-Wl,-z,defs"};
+    const harness::CandidateOutcome o = harness::evaluate_candidate(*task, *source, co);
+    EXPECT_EQ(o.cls, harness::OutcomeClass::passed) << o.evidence.summary << "\n" << o.evidence.compiler_log;
+  }
+}
+
 // The CUDA dialect emits source nvcc accepts, for every fused group of a FLUX block (fp8 included). No GPU
 // is needed; skipped when the toolkit is absent.
 TEST(KernelEmit, CudaDialectCompilesWithNvcc) {
@@ -169,14 +206,25 @@ TEST(KernelEmit, CudaDialectCompilesWithNvcc) {
       if (k.ok()) kernels.push_back(std::move(*k));
     }
     ASSERT_GT(kernels.size(), 5u);
+    // Every kernel at its default schedule (16-byte vectors where rows allow), and again at each vector
+    // width and block width of the schedule space's corners, so the lead's GPU run meets no compile error.
     std::vector<KernelToEmit> items;
+    std::vector<std::string> names;
     for (size_t i = 0; i < kernels.size(); ++i) {
-      Schedule s = default_schedule(kernels[i], Target::cuda, 132);
-      if (i % 2) s.threads_per_row = 64;
-      items.push_back({&kernels[i], s, "kiln_g" + std::to_string(i)});
+      std::vector<Schedule> schedules = {default_schedule(kernels[i], Target::cuda, 132)};
+      for (int vec : {1, 2, 4, 8}) schedules.push_back(Schedule{1, 1, i % 2 ? 64 : 256, vec, true, 1});
+      for (size_t j = 0; j < schedules.size(); ++j) {
+        if (!can_implement(kernels[i], schedules[j], Target::cuda).ok()) schedules[j].cache_row = false;
+        if (!can_implement(kernels[i], schedules[j], Target::cuda).ok()) continue;
+        names.push_back(fmt::format("kiln_g{}_{}", i, j));
+        items.push_back({&kernels[i], schedules[j], names.back()});
+      }
     }
     auto module = emit_module(items, Target::cuda);
     ASSERT_TRUE(module.ok()) << module.error().message;
+    // Vectorized stages: 16-byte words behind an alignment check, with the scalar path beside them.
+    EXPECT_NE(module->source.find("((uint4*)(out"), std::string::npos) << spec;
+    EXPECT_NE(module->source.find("if (kiln_vec_ok)"), std::string::npos) << spec;
     const std::string dir = harness::make_scratch_dir("", "cuda-emit");
     std::ofstream(dir + "/k.cu") << module->source;
     const std::string cmd = nvcc + " -arch=sm_90 -c -o " + dir + "/k.o " + dir + "/k.cu > " + dir + "/log 2>&1";
