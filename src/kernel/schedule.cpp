@@ -93,6 +93,13 @@ Status can_implement(const Kernel& k, const Schedule& s, Target target) {
     return field_error("threads_per_row", fmt::format("must be a power of two <= 1024, got {}", s.threads_per_row));
   }
   if (target == Target::cpu) {
+    // `omp simd` must sit directly on its loop, so a vectorized loop cannot also carry `GCC unroll` (GCC:
+    // "'#pragma' is not allowed here"); the vectorizer unrolls simd loops itself.
+    if (s.unroll > 1 && s.vector_width > 1) {
+      return field_error("unroll", fmt::format("must be 1 on the CPU when vector_width > 1 (got unroll {} with "
+                                               "vector_width {}): simd loops are unrolled by the vectorizer",
+                                               s.unroll, s.vector_width));
+    }
     if (s.threads_per_row != 1) {
       return field_error("threads_per_row", fmt::format("must be 1 on the CPU (rows are split across tasks), got {}",
                                                         s.threads_per_row));

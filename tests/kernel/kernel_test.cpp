@@ -121,6 +121,17 @@ TEST(KernelSchedule, CanImplementAndSpace) {
   EXPECT_TRUE(can_implement(k, cuda, Target::cuda).ok());
   EXPECT_EQ(cuda.vector_width, 8);       // 16 bytes of bf16 per thread and step
   EXPECT_EQ(cuda.threads_per_row, 128);  // 3072 / 8 = 384 steps = 3 per thread
+  {
+    // A simd loop cannot also carry `GCC unroll` (the compiler rejects the pragma pair): refused up front,
+    // and the space never offers it.
+    Schedule unrolled = default_schedule(k, Target::cpu, 1);
+    unrolled.vector_width = 8;
+    unrolled.unroll = 4;
+    const Status refused = can_implement(k, unrolled, Target::cpu);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_NE(refused.error().message.find("unroll"), std::string::npos) << refused.error().message;
+    for (const Schedule& c : schedule_space(k, Target::cpu, 2)) EXPECT_FALSE(c.unroll > 1 && c.vector_width > 1);
+  }
   Schedule s;
   s.threads_per_row = 32;
   Status st = can_implement(k, s, Target::cpu);
