@@ -1,7 +1,8 @@
-// kiln optimize [MODEL]: the optimize loop (agent/optimize.h) on one backend: baseline, profile, ranked
-// opportunities tried one by one behind the numerics and end-to-end A/B gates; writes the final plan, the
-// report (HTML + JSON) and a Perfetto trace of the baseline and final plans into the output directory.
-// Progress goes to stderr, one line per event; the summary to stdout.
+// kiln optimize [MODEL] [--workload FILE]: the optimize loop (agent/optimize.h) on one backend with the
+// knowledge base (agent/kb_knowledge.h: stored plans, lessons, recipes) and the CPU tuner plugged in: baseline,
+// profile, ranked opportunities behind the numerics and end-to-end A/B gates. Writes the plan artifact, its
+// config, the report (HTML + JSON) and a Perfetto trace per bucket (with a workload, one directory per bucket
+// and workload.html/json). Progress goes to stderr, one line per event; the summary to stdout.
 #include <fmt/format.h>
 
 #include <cctype>
