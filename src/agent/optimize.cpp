@@ -290,7 +290,7 @@ Result<OptimizeResult> Loop::run() {
       a.level = o.level;
       a.score = o.score();
       a.outcome = "skipped";
-      a.reason = "no tuner plugged in (src/tune, issue 5)";
+      a.reason = "no tuner plugged in (--no-kb, or a backend the tuner does not support)";
       a.elapsed_seconds = elapsed();
       say(o.name + ": skipped (" + a.reason + ")");
       result_.attempts.push_back(a);
