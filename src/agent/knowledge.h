@@ -1,11 +1,19 @@
-// The optimize loop's view of the knowledge base (src/kb, issue 9), through a small adapter so the loop does
-// not depend on the database: before an attempt, what is already known about it on this model and device
-// (a known failure is skipped and reported as reuse); after it, what happened. Until the knowledge base
-// lands no adapter is given and the report's reuse section is empty.
+// The optimize loop's view of the knowledge base (src/kb), through a small adapter so the loop does not
+// depend on the database (the adapter over src/kb is kb_knowledge.h):
+//   - before an attempt, what is already known about it on this model family and device (a rewrite that
+//     regressed here is skipped and reported as reuse); after it, what happened (a decision and a lesson);
+//   - the whole plan: a run's final config is stored under (model + bucket shapes + device fingerprint); a
+//     later run with the same key re-verifies it (numerics and one timing) instead of re-deciding everything;
+//   - counts of what was reused, for the report's reuse section (the tuner adapter adds its recipe hits).
 #pragma once
 
+#include <map>
 #include <optional>
+#include <set>
 #include <string>
+#include <vector>
+
+#include "kernel/schedule.h"
 
 namespace kiln::agent {
 
@@ -13,7 +21,30 @@ struct AttemptRecord;
 
 struct KnowledgeReuse {
   std::string opportunity;
-  std::string what;  // e.g. "skipped: known to fail on this device (numerics, 2026-11-30)"
+  std::string what;  // e.g. "skipped: regressed on this device (run-1f..., 2026-11-30): A/B 0.88x"
+};
+
+// What the report's reuse section counts, from the run itself.
+struct KnowledgeCounts {
+  int plan_hits = 0;        // a stored final config re-verified and used
+  int plan_misses = 0;      // no stored config for this model, bucket and fingerprint
+  int plan_rejected = 0;    // a stored config found but not used (another fingerprint, failed re-verification)
+  int exact_hits = 0;       // kernel recipes re-verified and used without tuning
+  int near_hits = 0;        // kernel tasks whose search was seeded from a recipe at other shapes
+  int cold_tasks = 0;       // kernel tasks tuned with no recipe
+  int lessons_applied = 0;  // attempts skipped because a lesson says they regress here
+  int recipes_recorded = 0, lessons_recorded = 0, decisions_recorded = 0;
+};
+
+// A run's final config as stored: rewrites by name (resolved against the loop's starting config).
+struct StoredPlan {
+  std::string id;      // the recipe holding it
+  std::string run_id;  // the run that decided it
+  std::set<std::string> disabled_passes;
+  std::map<std::string, kernel::Schedule> schedules;
+  std::vector<std::string> rewrites;
+  std::vector<std::string> kept;  // the optimizations it kept, in order (for the report)
+  double seconds = 0;             // its end-to-end figure when it was decided
 };
 
 class OptimizeKnowledge {
@@ -23,6 +54,15 @@ class OptimizeKnowledge {
   virtual std::optional<KnowledgeReuse> known_outcome(const std::string& model_key, const std::string& device,
                                                       const std::string& opportunity) = 0;
   virtual void record(const std::string& model_key, const std::string& device, const AttemptRecord& attempt) = 0;
+  // The stored final config for exactly this model key on this fingerprint; none (with a reason in
+  // `why_not`) when there is none or it was measured under another fingerprint.
+  virtual std::optional<StoredPlan> stored_plan(const std::string& model_key, std::string* why_not) {
+    (void)model_key;
+    if (why_not) *why_not = "this knowledge base stores no plans";
+    return std::nullopt;
+  }
+  virtual void record_plan(const std::string& model_key, const StoredPlan& plan) { (void)model_key, (void)plan; }
+  virtual KnowledgeCounts& counts() = 0;
 };
 
 }  // namespace kiln::agent

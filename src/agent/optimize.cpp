@@ -42,6 +42,12 @@ class Loop {
   // Tries `opportunity` against current_; keeps it (replacing current_) if it wins.
   void attempt(const Opportunity& opportunity);
   Opportunity tuning_opportunity(const profile::PlanProfile& profile);
+  // Re-verifies a stored final config (numerics, one timing) and makes it current; false (with the reason
+  // noted) when it does not build, verify or name rewrites the loop does not have.
+  bool reuse_plan(const StoredPlan& stored, double baseline_seconds);
+  void finish_knowledge();
+  // The final summary, config, graph and Plan into the result; the plan recorded in the knowledge base.
+  Result<OptimizeResult> finish();
 
   const Graph& model_;
   const std::map<std::string, Tensor>& inputs_;
@@ -128,6 +134,74 @@ void Loop::attempt(const Opportunity& opportunity) {
   finish("kept", ab->summary);
 }
 
+bool Loop::reuse_plan(const StoredPlan& stored, double baseline_seconds) {
+  auto reject = [&](const std::string& why) {
+    ++options_.knowledge->counts().plan_rejected;
+    result_.plan_reuse_note = "stored plan " + stored.id + " not reused: " + why + "; deciding again";
+    result_.knowledge_reuse.push_back({"reuse-plan", result_.plan_reuse_note});
+    say(result_.plan_reuse_note);
+    return false;
+  };
+  PlanConfig config = options_.baseline;
+  config.disabled_passes = stored.disabled_passes;
+  config.schedules = stored.schedules;
+  config.rewrites.clear();
+  for (const std::string& name : stored.rewrites) {
+    auto it = std::find_if(options_.baseline.rewrites.begin(), options_.baseline.rewrites.end(),
+                           [&](const GraphRewrite& r) { return r.name == name; });
+    if (it == options_.baseline.rewrites.end()) return reject("it names rewrite '" + name + "', which this run does not have");
+    config.rewrites.push_back(*it);
+  }
+  auto candidate = deploy(config);
+  if (!candidate.ok()) return reject("plan: " + candidate.error().message);
+  NumericsVerdict verdict =
+      judge_numerics(reference_, candidate->outputs, result_.baseline_errors, options_.numerics, reduction_length_);
+  if (!verdict.ok) return reject("numerics: " + verdict.reason);
+  auto timed = time_deployed(backend_, candidate->replay, options_.ab);
+  if (!timed.ok()) return reject("timing: " + timed.error().message);
+  ++options_.knowledge->counts().plan_hits;
+  std::string kept;
+  for (const std::string& k : stored.kept) kept += (kept.empty() ? "" : ", ") + k;
+  result_.plan_reused = true;
+  result_.plan_reuse_note = fmt::format(
+      "stored plan {} (run {}, kept: {}) re-verified: numerics within policy, {:.4g} ms now vs {:.4g} ms when decided",
+      stored.id, stored.run_id, kept.empty() ? "nothing" : kept, timed->median * 1e3, stored.seconds * 1e3);
+  result_.knowledge_reuse.push_back({"reuse-plan", result_.plan_reuse_note});
+  AttemptRecord a;
+  a.opportunity = "reuse-plan";
+  a.level = OpportunityLevel::model;
+  a.kept = true;
+  a.outcome = "kept";
+  a.reason = result_.plan_reuse_note;
+  a.current_seconds = baseline_seconds;
+  a.candidate_seconds = timed->median;
+  a.ratio = baseline_seconds / timed->median;
+  a.ratio_ci_low = a.ratio_ci_high = a.ratio;
+  a.errors = verdict.outputs;
+  a.elapsed_seconds = elapsed();
+  say("reuse-plan: " + result_.plan_reuse_note);
+  result_.attempts.push_back(a);
+  result_.waterfall.push_back({"knowledge base: stored plan" + (kept.empty() ? std::string() : " (" + kept + ")"),
+                               "model", timed->median, baseline_seconds - timed->median});
+  result_.deployed_capture = result_.deployed_capture && candidate->captured;
+  current_ = std::move(candidate).value();
+  return true;
+}
+
+void Loop::finish_knowledge() {
+  if (!options_.knowledge) return;
+  if (!result_.plan_reused) {
+    StoredPlan p;
+    p.disabled_passes = result_.final_config.disabled_passes;
+    p.schedules = result_.final_config.schedules;
+    for (const GraphRewrite& r : result_.final_config.rewrites) p.rewrites.push_back(r.name);
+    for (size_t i = 1; i < result_.waterfall.size(); ++i) p.kept.push_back(result_.waterfall[i].label);
+    p.seconds = result_.final_seconds();
+    options_.knowledge->record_plan(options_.model_key, p);
+  }
+  result_.knowledge_counts = options_.knowledge->counts();
+}
+
 Opportunity Loop::tuning_opportunity(const profile::PlanProfile& profile) {
   Opportunity o = kernel_tuning_opportunity(profile);
   if (!options_.tuner) return o;  // no apply: recorded as not attempted
@@ -175,6 +249,20 @@ Result<OptimizeResult> Loop::run() {
   say(fmt::format("profiled {} steps ({:.4g} ms step by step)", result_.baseline_profile.steps.size(),
                   result_.baseline_profile.steps_seconds * 1e3));
 
+  // A stored final config for this model, bucket and fingerprint: re-verified instead of re-decided.
+  if (options_.knowledge) {
+    std::string why_not;
+    if (auto stored = options_.knowledge->stored_plan(options_.model_key, &why_not)) {
+      if (reuse_plan(*stored, t.median)) {
+        KILN_ASSIGN_OR_RETURN(result_.final_profile, profile::profile_plan(*current_.plan, backend_, options_.profile));
+        return finish();
+      }
+    } else {
+      result_.plan_reuse_note = why_not;
+      say("knowledge base: " + why_not);
+    }
+  }
+
   KILN_ASSIGN_OR_RETURN(std::vector<Opportunity> model_level,
                         pass_opportunities(model_, current_.config, result_.baseline_profile));
   std::vector<Opportunity> kernel_extras;
@@ -202,7 +290,7 @@ Result<OptimizeResult> Loop::run() {
       a.level = o.level;
       a.score = o.score();
       a.outcome = "skipped";
-      a.reason = "no tuner plugged in (src/tune, issue 5)";
+      a.reason = "no tuner plugged in (--no-kb, or a backend the tuner does not support)";
       a.elapsed_seconds = elapsed();
       say(o.name + ": skipped (" + a.reason + ")");
       result_.attempts.push_back(a);
@@ -216,9 +304,15 @@ Result<OptimizeResult> Loop::run() {
   } else {
     result_.final_profile = std::move(after_model);
   }
+  return finish();
+}
+
+Result<OptimizeResult> Loop::finish() {
   result_.final_summary = current_.plan->summary();
   result_.final_config = current_.config;
   result_.final_graph = current_.graph;
+  finish_knowledge();
+  result_.final_plan = std::shared_ptr<backend::Plan>(std::move(current_.plan));
   result_.elapsed_seconds = elapsed();
   say(fmt::format("done: {:.4g} ms -> {:.4g} ms ({:.2f}x) in {:.0f} s", result_.baseline_seconds() * 1e3,
                   result_.final_seconds() * 1e3, result_.baseline_seconds() / result_.final_seconds(),

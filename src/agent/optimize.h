@@ -44,7 +44,7 @@ struct OptimizeOptions {
   ABOptions ab;
   NumericsPolicy numerics;
   Tuner tuner;                             // empty: tune-kernels is recorded as not attempted
-  OptimizeKnowledge* knowledge = nullptr;  // empty until src/kb lands
+  OptimizeKnowledge* knowledge = nullptr;  // kb_knowledge.h; none: nothing is looked up or recorded
   std::vector<Opportunity> extra_opportunities;
   std::function<void(const std::string& line)> progress;  // one line per event; may be empty
 };
@@ -83,6 +83,10 @@ struct OptimizeResult {
   std::vector<AttemptRecord> attempts;
   std::vector<WaterfallEntry> waterfall;
   std::vector<KnowledgeReuse> knowledge_reuse;
+  KnowledgeCounts knowledge_counts;  // the run's own counts (copied from the knowledge adapter at the end)
+  bool plan_reused = false;          // the final config is a stored plan, re-verified, not re-decided
+  std::string plan_reuse_note;       // why a stored plan was or was not reused
+  std::shared_ptr<backend::Plan> final_plan;  // the Plan as built and verified (saved as the plan artifact)
   double budget_seconds = 0;
   double elapsed_seconds = 0;
   double baseline_seconds() const { return waterfall.front().seconds; }

@@ -1,14 +1,20 @@
-// kiln optimize [MODEL]: the optimize loop (agent/optimize.h) on one backend: baseline, profile, ranked
-// opportunities tried one by one behind the numerics and end-to-end A/B gates; writes the final plan, the
-// report (HTML + JSON) and a Perfetto trace of the baseline and final plans into the output directory.
-// Progress goes to stderr, one line per event; the summary to stdout.
+// kiln optimize [MODEL] [--workload FILE]: the optimize loop (agent/optimize.h) on one backend with the
+// knowledge base (agent/kb_knowledge.h: stored plans, lessons, recipes) and the CPU tuner plugged in: baseline,
+// profile, ranked opportunities behind the numerics and end-to-end A/B gates. Writes the plan artifact, its
+// config, the report (HTML + JSON) and a Perfetto trace per bucket (with a workload, one directory per bucket
+// and workload.html/json). Progress goes to stderr, one line per event; the summary to stdout.
 #include <fmt/format.h>
 
 #include <cctype>
 #include <filesystem>
 #include <fstream>
 
+#include "agent/kb_knowledge.h"
 #include "agent/optimize.h"
+#include "agent/optimize_workload.h"
+#include "backend/plan_artifact.h"
+#include "kb/fingerprint.h"
+#include "workload/workload.h"
 #include "cli/commands.h"
 #include "cli/model_source.h"
 #include "models/weights.h"
@@ -23,8 +29,12 @@ struct OptimizeArgs {
   std::string model = "zoo:flux1-dev:tiny";
   std::string workload;
   std::string backend = "cpu";
-  std::string budget = "10m";
+  std::string budget = "3m";
   std::string output_dir = "kiln-out";
+  std::string kb_path = "kiln-kb.sqlite";
+  bool no_kb = false;
+  bool force = false;
+  double tune_share = 0.5;
   uint64_t seed = 0;
   ModelSourceOptions source;
 };
@@ -54,52 +64,135 @@ Status write_file(const std::filesystem::path& path, const std::string& text) {
   return ok_status();
 }
 
-int run_optimize(const OptimizeArgs& args) {
-  if (!args.workload.empty()) {
-    return report_error(make_error(ErrorCode::unsupported,
-                                   "--workload " + args.workload +
-                                       ": workload files are not read by this build yet (src/workload, issue 6); "
-                                       "give the shapes in the model spec instead (e.g. zoo:flux1-dev:tiny,...)"));
-  }
-  auto budget = parse_duration(args.budget);
-  if (!budget.ok()) return report_error(budget.error());
-  auto loaded = load_model_with_weights(args.model, args.source);
-  if (!loaded.ok()) return report_error(loaded.error());
-  auto backend = backend::make_backend(args.backend);
-  if (!backend.ok()) return report_error(backend.error());
+// plan.json (the plan artifact), plan-config.json, report.json, report.html and trace.json of one bucket.
+Status write_bucket(const std::filesystem::path& dir, const agent::OptimizeResult& result, bool knowledge,
+                    const backend::PlanArtifactInfo& info) {
   std::error_code ec;
-  std::filesystem::create_directories(args.output_dir, ec);
-  if (ec) return report_error(make_error(ErrorCode::io_error, "cannot create -o " + args.output_dir + ": " + ec.message()));
-
-  std::map<std::string, Tensor> inputs = models::random_inputs(loaded->graph, args.seed);
-  for (auto& [name, tensor] : loaded->weights) inputs[name] = std::move(tensor);
-  agent::OptimizeOptions options;
-  options.model_key = args.model;
-  options.budget_seconds = *budget;
-  options.progress = [](const std::string& line) { fmt::print(stderr, "kiln optimize {}\n", line); };
-  auto result = agent::optimize(loaded->graph, inputs, **backend, options);
-  if (!result.ok()) return report_error(result.error());
-
-  const nlohmann::json report = report::report_json(*result, options.knowledge != nullptr);
-  const std::filesystem::path dir(args.output_dir);
-  const std::vector<profile::TraceTrack> tracks = {{"baseline", &result->baseline_profile},
-                                                   {"final", &result->final_profile}};
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return make_error(ErrorCode::io_error, "cannot create " + dir.string() + ": " + ec.message());
+  KILN_TRY(backend::save_plan_artifact(*result.final_plan, info, (dir / "plan.json").string()));
+  const nlohmann::json report = report::report_json(result, knowledge);
+  const std::vector<profile::TraceTrack> tracks = {{"baseline", &result.baseline_profile},
+                                                   {"final", &result.final_profile}};
   for (const auto& [name, text] : std::vector<std::pair<std::string, std::string>>{
-           {"plan.json", agent::final_plan_json(*result) + "\n"},
+           {"plan-config.json", agent::final_plan_json(result) + "\n"},
            {"report.json", report.dump(1) + "\n"},
            {"report.html", report::render_report_html(report)},
            {"trace.json", profile::trace_event_json(tracks) + "\n"}}) {
-    Status st = write_file(dir / name, text);
+    KILN_TRY(write_file(dir / name, text));
+  }
+  return ok_status();
+}
+
+void print_bucket(const std::string& name, const agent::OptimizeResult& r) {
+  fmt::print("{}{} on {}: {:.4g} ms -> {:.4g} ms ({:.2f}x), {} of {} attempts kept, {:.1f} s{}\n", name,
+             r.model_key, r.device.name, r.baseline_seconds() * 1e3, r.final_seconds() * 1e3,
+             r.baseline_seconds() / r.final_seconds(), r.waterfall.size() - 1, r.attempts.size(), r.elapsed_seconds,
+             r.plan_reused ? " (stored plan re-verified)" : "");
+  for (const agent::AttemptRecord& a : r.attempts) fmt::print("  {:<16} {:<8} {}\n", a.opportunity, a.outcome, a.reason);
+  const agent::KnowledgeCounts& c = r.knowledge_counts;
+  fmt::print("  knowledge base: plan {}, {} exact / {} near recipe hits, {} cold tasks, {} lessons applied\n",
+             c.plan_hits ? "reused" : c.plan_rejected ? "rejected" : "decided", c.exact_hits, c.near_hits, c.cold_tasks,
+             c.lessons_applied);
+}
+
+std::string command_line(const OptimizeArgs& a) {
+  std::string s = "kiln optimize " + a.model;
+  if (!a.workload.empty()) s += " --workload " + a.workload;
+  return s + " --backend " + a.backend + " --budget " + a.budget;
+}
+
+int run_optimize(const OptimizeArgs& args) {
+  auto budget = parse_duration(args.budget);
+  if (!budget.ok()) return report_error(budget.error());
+  if (!(args.tune_share >= 0 && args.tune_share <= 1)) {
+    return report_error(make_error(ErrorCode::invalid_argument, "--tune-share must be between 0 and 1"));
+  }
+  const bool with_workload = !args.workload.empty();
+  workload::Workload w = workload::default_workload(args.model);
+  std::string base_model = args.model;
+  if (with_workload) {
+    auto loaded = workload::load_workload(args.workload);
+    if (!loaded.ok()) return report_error(loaded.error());
+    w = std::move(loaded).value();
+    if (!w.model.empty() && args.model == OptimizeArgs{}.model) base_model = w.model;
+  }
+  auto backend = backend::make_backend(args.backend);
+  if (!backend.ok()) return report_error(backend.error());
+
+  std::unique_ptr<agent::KbKnowledge> knowledge;
+  agent::OptimizeOptions options;
+  options.budget_seconds = *budget;
+  options.progress = [](const std::string& line) { fmt::print(stderr, "kiln optimize {}\n", line); };
+  if (!args.no_kb) {
+    agent::KbKnowledgeOptions kb_options;
+    kb_options.force = args.force;
+    auto opened = agent::KbKnowledge::open(args.kb_path, kb::fingerprint_of((*backend)->device()),
+                                           {command_line(args), base_model, args.workload, args.backend}, kb_options);
+    if (!opened.ok()) return report_error(opened.error());
+    knowledge = std::move(opened).value();
+    options.knowledge = knowledge.get();
+    if (args.backend == "cpu") options.tuner = knowledge->tuner();  // the tuner is CPU-only (docs/tuning.md)
+  }
+
+  std::vector<agent::BucketSpec> buckets;
+  std::vector<backend::PlanArtifactInfo> infos(w.buckets.size());
+  for (size_t i = 0; i < w.buckets.size(); ++i) {
+    const workload::WorkloadBucket& b = w.buckets[i];
+    infos[i].bucket = b.name;
+    infos[i].bucket_dims = b.dims;
+    buckets.push_back({b.name, b.weight, [&, i]() -> Result<agent::BucketModel> {
+                         const workload::WorkloadBucket& bucket = w.buckets[i];
+                         KILN_ASSIGN_OR_RETURN(workload::BucketModel spec, workload::workload_model_spec(base_model, bucket));
+                         ModelSourceOptions source = args.source;
+                         for (const std::string& d : spec.dims) source.dims.push_back(d);
+                         KILN_ASSIGN_OR_RETURN(LoadedModel loaded, load_model_with_weights(spec.spec, source));
+                         infos[i].model = spec.spec;
+                         infos[i].model_dims = source.dims;
+                         infos[i].model_per_step = source.per_step;
+                         agent::BucketModel m{spec.spec, std::move(loaded.graph), {}};
+                         m.inputs = models::random_inputs(m.graph, args.seed);
+                         for (auto& [name, tensor] : loaded.weights) m.inputs[name] = std::move(tensor);
+                         return m;
+                       }});
+  }
+  auto result = agent::optimize_workload(buckets, **backend, options, [&](double bucket_budget) {
+    if (knowledge) knowledge->set_tune_budget(bucket_budget * args.tune_share);
+  });
+  if (knowledge) {
+    for (const std::string& warning : knowledge->warnings()) fmt::print(stderr, "kiln optimize: knowledge base: {}\n", warning);
+    Status st = knowledge->finish(result.ok());
+    if (!st.ok()) fmt::print(stderr, "kiln optimize: knowledge base: {}\n", st.error().message);
+  }
+  if (!result.ok()) return report_error(result.error());
+
+  const std::filesystem::path out(args.output_dir);
+  std::vector<std::string> dirs;
+  for (size_t i = 0; i < result->buckets.size(); ++i) {
+    const agent::BucketResult& b = result->buckets[i];
+    const std::string dir = with_workload ? b.name : ".";
+    Status st = write_bucket(out / dir, b.result, knowledge != nullptr, infos[i]);
     if (!st.ok()) return report_error(st.error());
+    dirs.push_back(dir);
+    print_bucket(with_workload ? "[" + b.name + ", weight " + fmt::format("{:.3g}", b.weight) + "] " : "", b.result);
   }
-  fmt::print("{} on {}: {:.4g} ms -> {:.4g} ms ({:.2f}x), {} of {} attempts kept\n", args.model,
-             result->device.name, result->baseline_seconds() * 1e3, result->final_seconds() * 1e3,
-             result->baseline_seconds() / result->final_seconds(), result->waterfall.size() - 1,
-             result->attempts.size());
-  for (const agent::AttemptRecord& a : result->attempts) {
-    fmt::print("  {:<16} {:<8} {}\n", a.opportunity, a.outcome, a.reason);
+  if (with_workload) {
+    const nlohmann::json wj = report::workload_report_json(*result, dirs);
+    for (const auto& [name, text] : std::vector<std::pair<std::string, std::string>>{
+             {"workload.json", wj.dump(1) + "\n"}, {"workload.html", report::render_workload_html(wj)}}) {
+      Status st = write_file(out / name, text);
+      if (!st.ok()) return report_error(st.error());
+    }
+    fmt::print("weighted over {} buckets: {:.4g} ms -> {:.4g} ms ({:.2f}x) in {:.1f} s\n", result->buckets.size(),
+               result->baseline_seconds * 1e3, result->final_seconds * 1e3,
+               result->baseline_seconds / result->final_seconds, result->elapsed_seconds);
+    fmt::print("wrote {}/workload.html, workload.json and per bucket plan.json, report.html, report.json, trace.json\n",
+               args.output_dir);
+  } else {
+    fmt::print("wrote {}/plan.json (plan artifact), plan-config.json, report.html, report.json, trace.json\n",
+               args.output_dir);
   }
-  fmt::print("wrote {}/plan.json, report.html, report.json, trace.json\n", args.output_dir);
+  if (knowledge) fmt::print("knowledge base: {}\n", args.kb_path);
   return 0;
 }
 
@@ -115,7 +208,14 @@ void add_optimize_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--workload", args->workload, "workload file (shape buckets with traffic weights)");
   cmd->add_option("--backend", args->backend, "cpu, or cuda in builds with the CUDA backend")->capture_default_str();
   cmd->add_option("--budget", args->budget, "time after which no new attempt starts (90s, 5m, 1h)")->capture_default_str();
-  cmd->add_option("-o,--output", args->output_dir, "output directory: plan.json, report.html, report.json, trace.json")
+  cmd->add_option("-o,--output", args->output_dir,
+                  "output directory: plan.json (plan artifact), plan-config.json, report.html, report.json, trace.json "
+                  "(with --workload: one directory per bucket, workload.html and workload.json)")
+      ->capture_default_str();
+  cmd->add_option("--kb", args->kb_path, "knowledge base file (created when missing)")->capture_default_str();
+  cmd->add_flag("--no-kb", args->no_kb, "no knowledge base: nothing reused or recorded, no tuner");
+  cmd->add_flag("--force", args->force, "decide everything again: ignore stored plans and negative lessons");
+  cmd->add_option("--tune-share", args->tune_share, "fraction of each bucket's budget the kernel tuner may use")
       ->capture_default_str();
   cmd->add_option("--seed", args->seed, "seed of the random inputs and weights")->capture_default_str();
   cmd->callback([=] { *exit_code = run_optimize(*args); });

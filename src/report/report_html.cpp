@@ -206,7 +206,23 @@ std::string section_attempts(const json& report) {
 std::string section_knowledge(const json& report) {
   std::string s = "<h2>Knowledge-base reuse</h2>";
   const json& kb = report["knowledge_base"];
-  if (!kb["connected"].get<bool>()) return s + "<p class=\"note\">No knowledge base in this run (src/kb, issue 9).</p>";
+  if (!kb["connected"].get<bool>()) return s + "<p class=\"note\">No knowledge base in this run (--no-kb).</p>";
+  s += "<p>" + escape(kb["plan_note"].get<std::string>()) + "</p>";
+  s += "<table><tr><th>what</th><th>count</th></tr>";
+  const std::vector<std::pair<const char*, const char*>> rows = {
+      {"plan_hits", "stored plan re-verified and used"},
+      {"plan_rejected", "stored plan not used (other fingerprint, failed re-verification)"},
+      {"exact_hits", "kernel recipes re-verified and used without tuning"},
+      {"near_hits", "kernel searches seeded from a recipe at other shapes"},
+      {"cold_tasks", "kernel tasks tuned from scratch"},
+      {"lessons_applied", "rewrites skipped: a lesson says they regress here"},
+      {"recipes_recorded", "recipes recorded"},
+      {"lessons_recorded", "lessons recorded"},
+      {"decisions_recorded", "decisions recorded"}};
+  for (const auto& [key, label] : rows) {
+    s += "<tr>" + text_cell(label) + figure(report, std::string("/knowledge_base/counts/") + key, Unit::count) + "</tr>";
+  }
+  s += "</table>";
   if (kb["reuse"].empty()) return s + "<p class=\"note\">Nothing reused.</p>";
   s += "<table><tr><th>opportunity</th><th>reused</th></tr>";
   for (const json& k : kb["reuse"]) s += "<tr>" + text_cell(k["opportunity"].get<std::string>()) + text_cell(k["what"].get<std::string>()) + "</tr>";
@@ -235,6 +251,29 @@ std::string render_report_html(const json& report) {
   html += section_waterfall(report) + section_breakdown(report) + section_roofline(report) + section_attempts(report) +
           section_knowledge(report);
   return html + "</body></html>\n";
+}
+
+std::string render_workload_html(const json& w) {
+  std::string html = std::string("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>kiln optimize: "
+                                 "workload</title><style>") + kStyle + "</style></head><body><h1>kiln optimize: workload</h1>";
+  html += "<p class=\"headline\">Traffic-weighted end-to-end latency: baseline " +
+          figure(w, "/weighted/baseline_seconds", Unit::ms, "span") + " → final " +
+          figure(w, "/weighted/final_seconds", Unit::ms, "span") + ", " + figure(w, "/weighted/speedup", Unit::ratio, "span") +
+          " faster, in " + figure(w, "/elapsed_seconds", Unit::seconds, "span") + ".</p>";
+  html += "<table><tr><th>bucket</th><th>model</th><th>weight</th><th>baseline</th><th>final</th><th>speedup</th>"
+          "<th>weight × final</th><th>plan</th><th>report</th></tr>";
+  for (size_t i = 0; i < w["buckets"].size(); ++i) {
+    const json& b = w["buckets"][i];
+    const std::string p = "/buckets/" + std::to_string(i);
+    const std::string dir = b["dir"].get<std::string>();
+    html += "<tr>" + text_cell(b["name"].get<std::string>()) + text_cell(b["model"].get<std::string>()) +
+            figure(w, p + "/weight", Unit::percent) + figure(w, p + "/baseline_seconds", Unit::ms) +
+            figure(w, p + "/final_seconds", Unit::ms) + figure(w, p + "/speedup", Unit::ratio) +
+            figure(w, p + "/weighted_final_seconds", Unit::ms) +
+            text_cell(b["plan_reused"].get<bool>() ? "stored, re-verified" : "decided") + "<td><a href=\"" +
+            escape(dir) + "/report.html\">" + escape(dir) + "</a></td></tr>";
+  }
+  return html + "</table></body></html>\n";
 }
 
 }  // namespace kiln::report

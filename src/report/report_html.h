@@ -13,5 +13,8 @@
 namespace kiln::report {
 
 std::string render_report_html(const nlohmann::json& report);
+// The workload page (report_json.h workload_report_json): per-bucket figures, links to each bucket's report,
+// the traffic-weighted totals; same figure rule.
+std::string render_workload_html(const nlohmann::json& workload);
 
 }  // namespace kiln::report

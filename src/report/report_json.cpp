@@ -111,8 +111,46 @@ nlohmann::json report_json(const agent::OptimizeResult& r, bool knowledge_connec
   j["attempts"] = attempts;
   nlohmann::json reuse = nlohmann::json::array();
   for (const agent::KnowledgeReuse& k : r.knowledge_reuse) reuse.push_back({{"opportunity", k.opportunity}, {"what", k.what}});
-  j["knowledge_base"] = {{"connected", knowledge_connected}, {"reuse", reuse}};
+  const agent::KnowledgeCounts& c = r.knowledge_counts;
+  j["knowledge_base"] = {{"connected", knowledge_connected},
+                         {"reuse", reuse},
+                         {"plan_reused", r.plan_reused},
+                         {"plan_note", r.plan_reuse_note},
+                         {"counts",
+                          {{"plan_hits", c.plan_hits},
+                           {"plan_misses", c.plan_misses},
+                           {"plan_rejected", c.plan_rejected},
+                           {"exact_hits", c.exact_hits},
+                           {"near_hits", c.near_hits},
+                           {"cold_tasks", c.cold_tasks},
+                           {"lessons_applied", c.lessons_applied},
+                           {"recipes_recorded", c.recipes_recorded},
+                           {"lessons_recorded", c.lessons_recorded},
+                           {"decisions_recorded", c.decisions_recorded}}}};
   return j;
+}
+
+nlohmann::json workload_report_json(const agent::WorkloadResult& result, const std::vector<std::string>& dirs) {
+  nlohmann::json buckets = nlohmann::json::array();
+  for (size_t i = 0; i < result.buckets.size(); ++i) {
+    const agent::BucketResult& b = result.buckets[i];
+    buckets.push_back({{"name", b.name},
+                       {"weight", b.weight},
+                       {"model", b.result.model_key},
+                       {"baseline_seconds", b.result.baseline_seconds()},
+                       {"final_seconds", b.result.final_seconds()},
+                       {"speedup", b.result.baseline_seconds() / b.result.final_seconds()},
+                       {"weighted_final_seconds", b.weight * b.result.final_seconds()},
+                       {"plan_reused", b.result.plan_reused},
+                       {"elapsed_seconds", b.result.elapsed_seconds},
+                       {"dir", i < dirs.size() ? dirs[i] : std::string()}});
+  }
+  return {{"format", kWorkloadReportFormat},
+          {"buckets", buckets},
+          {"weighted", {{"baseline_seconds", result.baseline_seconds},
+                        {"final_seconds", result.final_seconds},
+                        {"speedup", result.baseline_seconds / result.final_seconds}}},
+          {"elapsed_seconds", result.elapsed_seconds}};
 }
 
 }  // namespace kiln::report

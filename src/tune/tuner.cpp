@@ -290,6 +290,24 @@ Result<KernelTuneResult> tune_kernel(const Graph& graph, const TuneTask& task, c
   return result;
 }
 
+CandidateRecord verify_schedule(const Graph& graph, const TuneTask& task, const kernel::Schedule& schedule,
+                                const TuneOptions& options) {
+  KILN_CHECK(task.kind == TaskKind::kernel);
+  auto harness_task = kernel::kernel_task(graph, task.kernel);
+  if (!harness_task.ok()) {
+    CandidateRecord r;
+    r.schedule = schedule;
+    r.outcome = "invalid-task";
+    r.summary = harness_task.error().message;
+    return r;
+  }
+  Schedule single = schedule;
+  single.threads = 1;
+  Evaluated e = evaluate(*harness_task, task.kernel, single, "re-verify", options);
+  remove_dir(e.scratch);
+  return e.record;
+}
+
 namespace {
 
 LibraryTuneResult time_library(backend::Backend* backend, const TuneTask& task) {

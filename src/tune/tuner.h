@@ -119,6 +119,11 @@ kernel::Schedule plan_schedule(const kernel::Kernel& kernel, const kernel::Sched
 // Tunes one kernel task of `graph` (the graph the task was collected from).
 Result<KernelTuneResult> tune_kernel(const Graph& graph, const TuneTask& task, const TuneOptions& options);
 
+// Checks, emits, compiles and verifies one schedule of a kernel task (no timing): how a knowledge-base
+// recipe is re-verified before it is reused. `schedule` as the plan runs it (threads is set to 1 here).
+CandidateRecord verify_schedule(const Graph& graph, const TuneTask& task, const kernel::Schedule& schedule,
+                                const TuneOptions& options);
+
 // Tunes every kernel task of an optimized graph and times its library ops on `library_backend` (may be
 // null: then they are listed untimed). A graph with no tasks gives an empty result with a note.
 Result<TuneResult> tune_graph(const Graph& graph, backend::Backend* library_backend, const TuneOptions& options);

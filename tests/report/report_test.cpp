@@ -7,7 +7,9 @@
 #include <regex>
 
 #include "../agent/agent_test_util.h"
+#include "agent/kb_knowledge.h"
 #include "agent/optimize.h"
+#include <filesystem>
 #include "report/report_html.h"
 #include "report/report_json.h"
 
@@ -142,6 +144,59 @@ TEST_F(ReportTest, PageIsSelfContainedWithRooflineAndRejections) {
         << a["opportunity"];
   }
   EXPECT_NE(html_->find("No knowledge base in this run"), std::string::npos);
+}
+
+// Every figure on `html` against the JSON value it names; returns the pointers shown.
+std::set<std::string> check_every_figure(const json& report, const std::string& html) {
+  const std::regex figure("<(td|span) data-k=\"([^\"]+)\">([^<]*)</(td|span)>");
+  std::set<std::string> pointers;
+  for (auto it = std::sregex_iterator(html.begin(), html.end(), figure); it != std::sregex_iterator(); ++it) {
+    const std::string pointer = (*it)[2], text = (*it)[3];
+    EXPECT_TRUE(report.contains(json::json_pointer(pointer))) << pointer;
+    if (!report.contains(json::json_pointer(pointer))) continue;
+    const double want = report.at(json::json_pointer(pointer)).get<double>();
+    EXPECT_NEAR(shown_value(text), want, 1e-3 * std::abs(want) + 1e-15) << pointer << " shows '" << text << "'";
+    pointers.insert(pointer);
+  }
+  return pointers;
+}
+
+// With a knowledge base: the second run's report shows the reuse counts of that run, and its waterfall (the
+// stored plan re-verified) still adds up.
+TEST(ReportKnowledge, ReuseCountsAreTheRunsOwn) {
+  const auto path = (std::filesystem::temp_directory_path() / "kiln-report-kb.sqlite").string();
+  for (const char* suffix : {"", "-wal", "-shm"}) std::filesystem::remove(path + suffix);
+  const Graph model = testing::mlp_block_graph();
+  const auto inputs = testing::mlp_block_inputs(model);
+  const kb::Fingerprint fp = kb::fingerprint_of(testing::agent_cpu_backend().device());
+  agent::OptimizeOptions options;
+  options.model_key = "mlp_block";
+  options.profile = {1, 1};
+  options.ab.rounds = 4;
+  options.baseline = testing::slowed_baseline();
+  options.extra_opportunities = {testing::drop_planted_rewrites()};
+  json second;
+  for (int run = 0; run < 2; ++run) {
+    auto k = agent::KbKnowledge::open(path, fp, {"test", "mlp_block", "", "cpu"}, {});
+    ASSERT_TRUE(k.ok()) << k.error().message;
+    options.knowledge = k->get();
+    auto r = agent::optimize(model, inputs, testing::agent_cpu_backend(), options);
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    second = report::report_json(*r, true);
+  }
+  const json& counts = second["knowledge_base"]["counts"];
+  EXPECT_EQ(counts["plan_hits"].get<int>(), 1);
+  EXPECT_EQ(counts["plan_misses"].get<int>(), 0);
+  EXPECT_TRUE(second["knowledge_base"]["plan_reused"].get<bool>());
+  const std::string html = report::render_report_html(second);
+  const std::set<std::string> shown = check_every_figure(second, html);
+  for (const char* key : {"plan_hits", "exact_hits", "near_hits", "lessons_applied"}) {
+    EXPECT_TRUE(shown.count(std::string("/knowledge_base/counts/") + key)) << key;
+  }
+  const json& w = second["waterfall"];
+  ASSERT_EQ(w.size(), 2u);
+  EXPECT_NEAR(w[1]["seconds"].get<double>(), w[0]["seconds"].get<double>() - w[1]["gain_seconds"].get<double>(), 1e-12);
+  EXPECT_NEAR(second["final"]["seconds"].get<double>(), w[1]["seconds"].get<double>(), 1e-15);
 }
 
 }  // namespace

@@ -244,7 +244,7 @@ TuneResult sample_result() {
   k.shape = "3 nodes, rows=8 row=64";
   k.occurrences = 3;
   k.default_schedule = Schedule{4, 2, 1, 16, true, 1};
-  k.winner = Schedule{2, 2, 1, 8, false, 4};
+  k.winner = Schedule{2, 2, 1, 8, false, 1};
   k.tuned = true;
   k.decision = "faster";
   k.winner_seconds = 1.5e-6;
