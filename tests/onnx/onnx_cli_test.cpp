@@ -1,4 +1,4 @@
-// `kiln show|run|opt|export` take a .onnx model where they take any model: run uses the model's own weights
+// `kiln show|run|opt|optimize|export` take a .onnx model where they take any model: run uses the model's own weights
 // (so its outputs are PyTorch's), symbolic dimensions come from --dim, and mistakes are one clear line.
 #include <gtest/gtest.h>
 
@@ -56,6 +56,22 @@ TEST(OnnxCli, RunUsesTheModelsWeightsAndDims) {
   for (int64_t i = 0; i < w.numel(); ++i) err = std::max(err, std::abs(g.get(i) - w.get(i)));
   EXPECT_LT(err, 1e-4);  // PyTorch's outputs: the initializers were used, not seeded random weights
   std::filesystem::remove(out);
+}
+
+TEST(OnnxCli, OptimizeTakesAnOnnxFileAndItsPlanRunsAgain) {
+  const auto out = std::filesystem::temp_directory_path() / ("kiln_onnx_optimize_" + std::to_string(getpid()));
+  std::filesystem::remove_all(out);
+  CommandResult optimize = kiln("optimize " + kData + "gpt2_block/model.onnx --dim batch=1 --dim seq=8 --budget 20s "
+                                "--no-kb -o " + out.string());
+  ASSERT_EQ(optimize.exit_code, 0) << optimize.out;
+  for (const char* file : {"plan.json", "report.html", "report.json", "trace.json"}) {
+    EXPECT_TRUE(std::filesystem::exists(out / file)) << file << " missing; output:\n" << optimize.out;
+  }
+  // The plan artifact names the ONNX model and its dims: `kiln run --plan` rebuilds and checks it.
+  CommandResult run = kiln("run --plan " + (out / "plan.json").string() + " --backend cpu");
+  EXPECT_EQ(run.exit_code, 0) << run.out;
+  EXPECT_EQ(run.out.find("MISMATCH"), std::string::npos) << run.out;
+  std::filesystem::remove_all(out);
 }
 
 TEST(OnnxCli, MistakesAreOneClearLine) {
