@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "agent/in_process_tuner.h"
 #include "agent/kb_knowledge.h"
 #include "agent/optimize.h"
 #include "agent/optimize_workload.h"
@@ -132,7 +133,14 @@ int run_optimize(const OptimizeArgs& args) {
     if (!opened.ok()) return report_error(opened.error());
     knowledge = std::move(opened).value();
     options.knowledge = knowledge.get();
-    if (args.backend == "cpu") options.tuner = knowledge->tuner();  // the tuner is CPU-only (docs/tuning.md)
+    if (args.backend == "cpu") options.tuner = knowledge->tuner();  // the harness tuner (docs/tuning.md)
+  }
+  if (args.backend != "cpu") {
+    // Kernels this backend runs in-process (CUDA): searched on the device itself, each candidate checked
+    // against the reference first (agent/in_process_tuner.h).
+    agent::InProcessTunerOptions tuner_options;
+    tuner_options.budget_seconds = args.tune_share * *budget;
+    options.tuner = agent::in_process_tuner(tuner_options);
   }
 
   std::vector<agent::BucketSpec> buckets;
