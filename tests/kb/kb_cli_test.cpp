@@ -2,6 +2,8 @@
 // gc says what it removed; bad input gives exit code 1 and one line naming what is wrong (tests/errors style).
 #include <gtest/gtest.h>
 
+#include "../kiln_command.h"
+
 #include <array>
 #include <cstdio>
 #include <fstream>
@@ -16,22 +18,8 @@ using testing::sample_recipe;
 using testing::TempKb;
 using testing::types_2d;
 
-struct CommandResult {
-  int exit_code;
-  std::string out;  // stdout and stderr together
-};
-
-CommandResult run_kiln(const std::string& args) {
-  const std::string command = std::string(KILN_CLI_PATH) + " " + args + " 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  EXPECT_NE(pipe, nullptr);
-  std::string out;
-  std::array<char, 4096> buffer;
-  size_t n;
-  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) out.append(buffer.data(), n);
-  const int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
+using kiln::testing::CommandResult;
+using kiln::testing::run_kiln;
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 

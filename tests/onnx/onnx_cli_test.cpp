@@ -2,6 +2,8 @@
 // (so its outputs are PyTorch's), symbolic dimensions come from --dim, and mistakes are one clear line.
 #include <gtest/gtest.h>
 
+#include "../kiln_command.h"
+
 #include <array>
 #include <cmath>
 #include <cstdio>
@@ -14,22 +16,8 @@ namespace {
 
 const std::string kData = std::string(KILN_TEST_DATA_DIR) + "/onnx/";
 
-struct CommandResult {
-  int exit_code;
-  std::string out;
-};
-
-CommandResult kiln(const std::string& args) {
-  const std::string command = std::string(KILN_CLI_PATH) + " " + args + " 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  EXPECT_NE(pipe, nullptr);
-  std::string out;
-  std::array<char, 4096> buffer;
-  size_t n;
-  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) out.append(buffer.data(), n);
-  const int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
+using kiln::testing::CommandResult;
+CommandResult kiln(const std::string& args) { return kiln::testing::run_kiln(args); }
 
 TEST(OnnxCli, ShowAndOptTakeAnOnnxFile) {
   CommandResult show = kiln("show " + kData + "vit_block/model.onnx --graph");

@@ -3,6 +3,8 @@
 // malformed schedule files giving a note or one clear error line.
 #include <gtest/gtest.h>
 
+#include "../kiln_command.h"
+
 #include <array>
 #include <cstdio>
 #include <filesystem>
@@ -13,22 +15,8 @@
 
 namespace {
 
-struct CommandResult {
-  int exit_code;
-  std::string out;  // stdout and stderr together
-};
-
-CommandResult run_kiln(const std::string& args) {
-  const std::string command = std::string(KILN_CLI_PATH) + " " + args + " 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  EXPECT_NE(pipe, nullptr);
-  std::string out;
-  std::array<char, 4096> buffer;
-  size_t n;
-  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) out.append(buffer.data(), n);
-  const int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
+using kiln::testing::CommandResult;
+using kiln::testing::run_kiln;
 
 std::filesystem::path temp_dir() {
   auto dir = std::filesystem::temp_directory_path() / ("kiln_tune_cli_test_" + std::to_string(getpid()));
