@@ -31,6 +31,7 @@
 #include "kernel/schedule.h"
 #include "passes/pipeline.h"
 #include "tune/measure_on_backend.h"
+#include "tune/task.h"
 
 using namespace kiln;
 using namespace kiln::cuda;
@@ -322,19 +323,18 @@ json bench_tuned_plan(const std::string& spec, double copy_bytes_per_second, int
   auto optimized = passes::run_pipeline(*model, {});
   if (!optimized.ok()) return row["error"] = optimized.error().message, row;
   const Graph& g = optimized->graph;
-  std::map<int32_t, std::vector<NodeId>> groups;
-  for (NodeId id = 0; id < static_cast<NodeId>(g.nodes().size()); ++id) {
-    if (g.node(id).group >= 0) groups[g.node(id).group].push_back(id);
-  }
+  // The plan's distinct generated kernels, as the tuner sees them (tune/task.h: views that alias their input
+  // and constants left out, identical kernels counted once).
+  auto tasks = tune::collect_tasks(g);
+  if (!tasks.ok()) return row["error"] = tasks.error().message, row;
   std::map<std::string, kernel::Schedule> winners;
-  std::map<std::string, int> uses;
   json kernels = json::array();
   double default_sum = 0, best_sum = 0, bytes_sum = 0;
-  for (const auto& [group, members] : groups) {
-    auto lowered = kernel::lower_nodes(g, members, fmt::format("g{}", group));
-    if (!lowered.ok() || !kernel::alias_offsets(*lowered).empty()) continue;
-    const std::string hash = kernel::kernel_hash(*lowered);
-    if (uses[hash]++ > 0) continue;
+  for (const tune::TuneTask& t : tasks->tasks) {
+    if (t.kind != tune::TaskKind::kernel) continue;
+    const kernel::Kernel* lowered = &t.kernel;
+    const std::vector<NodeId>& members = t.members;
+    const std::string& hash = t.hash;
     auto task = kernel::kernel_task(g, *lowered);
     if (!task.ok()) continue;
     const int sms = gpu.device().compute_units;
@@ -345,7 +345,7 @@ json bench_tuned_plan(const std::string& spec, double copy_bytes_per_second, int
     }
     auto measured = tune::measure_schedules_on_backend(gpu, *lowered, *task, candidates, {{3, reps}, 1});
     json k = {{"kernel", g.node_label(members[0])}, {"members", members.size()}, {"hash", hash},
-              {"bytes", lowered->bytes}, {"candidates", candidates.size()}};
+              {"bytes", lowered->bytes}, {"candidates", candidates.size()}, {"uses", t.occurrences}};
     if (!measured.ok()) {
       k["error"] = measured.error().message;
       std::printf("kernel %-40s error: %s\n", g.node_label(members[0]).c_str(), measured.error().message.c_str());
@@ -383,7 +383,6 @@ json bench_tuned_plan(const std::string& spec, double copy_bytes_per_second, int
                 best ? kernel::schedule_to_string(best->schedule).c_str() : first_failure.c_str(), "");
     kernels.push_back(k);
   }
-  for (json& k : kernels) k["uses"] = uses[k["hash"].get<std::string>()];
   row["kernels"] = kernels;
   row["distinct_kernels_default_ms_sum"] = default_sum * 1e3;
   row["distinct_kernels_best_ms_sum"] = best_sum * 1e3;

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "agent/numerics_gate.h"
 #include "backend/plan.h"
 #include "backend/plan_artifact.h"
 #include "cli/model_source.h"
@@ -88,17 +89,6 @@ double estimated_bytes(const Graph& graph) {
   return inputs + largest;
 }
 
-// The longest accumulation in the graph (GEMM K, a row), for the tolerance's sqrt(K) term.
-int64_t longest_accumulation(const Graph& graph) {
-  int64_t k = 1;
-  for (const Node& n : graph.nodes()) {
-    for (ValueId v : n.inputs) {
-      const Shape& s = graph.value(v).type.shape;
-      if (!s.empty()) k = std::max(k, s.back());
-    }
-  }
-  return k;
-}
 
 // A backend and, with --plan, the saved plan loaded on it (whose model the run then uses).
 struct BackendRun {
@@ -154,7 +144,7 @@ Result<nlohmann::json> run_on_backend(BackendRun& run, const RunArgs& args, cons
   for (const std::string& note : schedule_notes) j["notes"].push_back(note);
   if (!args.plan.empty()) j["plan_file"] = args.plan;
   if (!args.save_plan.empty()) j["saved_plan"] = args.save_plan;
-  const int64_t k = longest_accumulation(plan->graph());
+  const int64_t k = agent::longest_accumulation(plan->graph());
   for (const auto& [out, want] : reference) {
     const Tensor& got = outputs.at(out);
     const harness::Comparison vs_original = harness::compare_output(want, got, {}, false, k);
