@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # On a GPU machine: build kiln with the CUDA backend, run the GPU tests, run the GPU benchmarks and the PyTorch
 # peer on the same shapes, and write everything (JSON + logs) into the folder given.
-#   bench/gpu/run.sh OUT_DIR [--quick] [--sanitize] [--peer | --peer-quick] [--no-tests]
+#   bench/gpu/run.sh OUT_DIR [--quick] [--sanitize] [--peer | --peer-quick] [--no-tests] [--no-bench]
 # --peer-quick stops the peer after torch.compile's default mode (eager + compile in ~2 minutes);
-# --no-tests skips the GPU test suite (a benchmark-only call).
+# --no-tests skips the GPU test suite (a benchmark-only call); --no-bench skips kiln's benchmarks and the peer
+# (a test-only call; bench/gpu/optimize.sh is the optimize loop's call).
 # The device tool's call: `bench/gpu/run.sh $OUT`, carrying build/deps (cuDNN frontend headers, .debs).
 set -uo pipefail
-out="${1:?usage: bench/gpu/run.sh OUT_DIR [--quick] [--sanitize] [--peer | --peer-quick] [--no-tests]}"
+out="${1:?usage: bench/gpu/run.sh OUT_DIR [--quick] [--sanitize] [--peer | --peer-quick] [--no-tests] [--no-bench]}"
 shift
-quick="" sanitize="" peer="" tests=1
+quick="" sanitize="" peer="" tests=1 bench=1
 for arg in "$@"; do
   case "$arg" in
     --quick) quick="--quick" ;;
@@ -16,6 +17,7 @@ for arg in "$@"; do
     --peer) peer=1 ;;
     --peer-quick) peer=quick ;;
     --no-tests) tests="" ;;
+    --no-bench) bench="" ;;
     *) echo "unknown option $arg" >&2; exit 2 ;;
   esac
 done
@@ -63,6 +65,7 @@ if [ -n "$sanitize" ] && command -v compute-sanitizer > /dev/null; then
 fi
 fi
 
+if [ -n "$bench" ]; then
 step "kiln GPU benchmarks"
 "$build/kiln-gpu-bench" --out "$out/gpu_bench.json" $quick --plan flux1-double-block --plan flux1-single-block \
   --plan flux1-double-block:dtype=fp8,fp8_scaling=tensor \
@@ -83,12 +86,16 @@ if [ -n "$peer" ] && [ -f "$root/.peer/torch_flux_block.py" ]; then
   grep RESULT "$out/torch_flux_block.log" | tail -3
 fi
 
+fi
+
 step "kiln run --backend cuda (tiny models against the reference)"
 for model in zoo:flux1-double-block:tiny zoo:flux1-single-block:tiny zoo:flux2-dev:tiny zoo:llama3-8b:tiny; do
   "$build/kiln" run "$model" --backend cuda 2>&1 | tail -4 || status=1
 done
 
+if [ -n "$bench" ]; then
 step "PyTorch peer on the same GEMMs"
 python3 "$root/bench/gpu/torch_gemm.py" --out "$out/torch_gemm.json" $quick || status=1
+fi
 
 exit $status

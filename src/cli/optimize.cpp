@@ -29,6 +29,7 @@ namespace {
 struct OptimizeArgs {
   std::string model = "zoo:flux1-dev:tiny";
   std::string workload;
+  std::vector<std::string> peers;  // NAME=MS figures measured outside kiln (report::PeerFigure)
   std::string backend = "cpu";
   std::string budget = "3m";
   std::string output_dir = "kiln-out";
@@ -67,12 +68,12 @@ Status write_file(const std::filesystem::path& path, const std::string& text) {
 
 // plan.json (the plan artifact), plan-config.json, report.json, report.html and trace.json of one bucket.
 Status write_bucket(const std::filesystem::path& dir, const agent::OptimizeResult& result, bool knowledge,
-                    const backend::PlanArtifactInfo& info) {
+                    const backend::PlanArtifactInfo& info, const std::vector<report::PeerFigure>& peers) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return make_error(ErrorCode::io_error, "cannot create " + dir.string() + ": " + ec.message());
   KILN_TRY(backend::save_plan_artifact(*result.final_plan, info, (dir / "plan.json").string()));
-  const nlohmann::json report = report::report_json(result, knowledge);
+  const nlohmann::json report = report::report_json(result, knowledge, peers);
   const std::vector<profile::TraceTrack> tracks = {{"baseline", &result.baseline_profile},
                                                    {"final", &result.final_profile}};
   for (const auto& [name, text] : std::vector<std::pair<std::string, std::string>>{
@@ -110,6 +111,17 @@ int run_optimize(const OptimizeArgs& args) {
     return report_error(make_error(ErrorCode::invalid_argument, "--tune-share must be between 0 and 1"));
   }
   const bool with_workload = !args.workload.empty();
+  std::vector<report::PeerFigure> peers;
+  for (const std::string& text : args.peers) {
+    auto peer = report::parse_peer(text);
+    if (!peer.ok()) return report_error(peer.error());
+    peers.push_back(*peer);
+  }
+  if (with_workload && !peers.empty()) {
+    return report_error(make_error(ErrorCode::invalid_argument,
+                                   "--peer is a figure for one model at one shape; it does not apply to a workload's "
+                                   "buckets (run kiln optimize on the bucket's model instead)"));
+  }
   workload::Workload w = workload::default_workload(args.model);
   std::string base_model = args.model;
   if (with_workload) {
@@ -179,10 +191,14 @@ int run_optimize(const OptimizeArgs& args) {
   for (size_t i = 0; i < result->buckets.size(); ++i) {
     const agent::BucketResult& b = result->buckets[i];
     const std::string dir = with_workload ? b.name : ".";
-    Status st = write_bucket(out / dir, b.result, knowledge != nullptr, infos[i]);
+    Status st = write_bucket(out / dir, b.result, knowledge != nullptr, infos[i], peers);
     if (!st.ok()) return report_error(st.error());
     dirs.push_back(dir);
     print_bucket(with_workload ? "[" + b.name + ", weight " + fmt::format("{:.3g}", b.weight) + "] " : "", b.result);
+    for (const report::PeerFigure& p : peers) {
+      fmt::print("  next to {} ({:.4g} ms): kiln's final Plan is {:.2f}x its time\n", p.name, p.seconds * 1e3,
+                 b.result.final_seconds() / p.seconds);
+    }
   }
   if (with_workload) {
     const nlohmann::json wj = report::workload_report_json(*result, dirs);
@@ -226,6 +242,9 @@ void add_optimize_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--tune-share", args->tune_share, "fraction of each bucket's budget the kernel tuner may use")
       ->capture_default_str();
   cmd->add_option("--seed", args->seed, "seed of the random inputs and weights")->capture_default_str();
+  cmd->add_option("--peer", args->peers,
+                  "NAME=MS: a peer's time for this model on this device, measured in the same session (e.g. "
+                  "torch.compile=2.53); the report shows kiln's final time next to it (repeatable)");
   cmd->callback([=] { *exit_code = run_optimize(*args); });
 }
 

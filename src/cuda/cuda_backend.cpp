@@ -313,18 +313,26 @@ class CudaBackend final : public backend::Backend {
     // Block scales in the layouts cuBLASLt reads (ir/ops/op_util.h). With one K block a grid can have the
     // per-row shape too; the two readings then agree, so the order of the tests below does not matter.
     const bool x_blocks = !xs.empty() && xs == ops::activation_block_scale_shape(xq);
-    const bool w_blocks = ws == ops::weight_block_scale_shape(n, k);
+    const bool w_blocks = ws == ops::gemm_weight_block_scale_shape(n, k);
     if (xs.empty() && ws.empty()) return GemmScaling::tensor;
     if (x_token && w_channel) return GemmScaling::channel;
     if (xs.empty() && w_channel) return GemmScaling::tensor_x_channel_w;
-    // Shapes cuBLASLt's 128-block modes cannot take (ragged blocks, alignment) come back from its heuristic as
-    // an unsupported "no algorithm for GEMM m=.. n=.. k=.. scales=block" error; the GPU tests hold the shapes
-    // it was checked on.
-    if (x_blocks && w_blocks) return GemmScaling::block;
+    // cuBLASLt's 128-block modes take whole K blocks and token counts that are a multiple of 4 (its
+    // heuristic answers NOT_SUPPORTED for m=1, k=64 on the H200); other shapes are refused here, so the plan
+    // runs them elsewhere, and the GPU tests hold the shapes it was checked on.
+    if (x_blocks && w_blocks) {
+      const int64_t m = shape_numel(xq) / k;
+      if (k % ops::kScaleBlock == 0 && m % ops::kGemmScaleRowAlign == 0) return GemmScaling::block;
+      return make_error(ErrorCode::unsupported,
+                        fmt::format("the CUDA backend's block-scaled scaled_linear needs K a multiple of {} and M a "
+                                    "multiple of {} (cuBLASLt); got M={}, K={}",
+                                    ops::kScaleBlock, ops::kGemmScaleRowAlign, m, k));
+    }
     return make_error(ErrorCode::unsupported,
                       "the CUDA backend's scaled_linear takes per-tensor, per-token x per-channel, per-tensor x "
-                      "per-channel, or 1x128 x 128x128 block scales (xs [K/128, M] k-block-major, ws [N/128, K/128]); "
-                      "got xs " + type_to_string(in[1]) + ", ws " + type_to_string(in[3]));
+                      "per-channel, or 1x128 x 128x128 block scales (xs [K/128, M] k-block-major, ws [N/128, "
+                      "round_up(K/128, 4)] as pack-scales writes it); got xs " + type_to_string(in[1]) + ", ws " +
+                      type_to_string(in[3]));
   }
 
   Status gemm(const GemmDesc& desc, const GemmArgs& args) {

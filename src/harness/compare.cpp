@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -105,7 +106,9 @@ Comparison compare_output(const Tensor& reference, const Tensor& candidate, cons
   }
   s.mean_abs_error = finite_count ? sum_error / static_cast<double>(finite_count) : 0;
   const double slack = policy.absolute_slack >= 0 ? policy.absolute_slack : smallest_normal(dtype);
-  s.threshold = bitwise ? 0 : std::max(policy.baseline_multiple * s.baseline_max_error, slack);
+  s.threshold = bitwise ? 0
+                        : std::max({policy.baseline_multiple * s.baseline_max_error,
+                                    policy.sensitivity_multiple * policy.sensitivity, slack});
   if (non_finite > 0) {
     c.kind = Mismatch::non_finite;
     c.count = non_finite;

@@ -7,10 +7,11 @@
 //
 //   baseline(r) = half_ulp(r, output dtype) + accumulation_weight * sqrt(K) * half_ulp(r, f32)    (K > 1)
 //
-// A candidate passes when, for each output tensor, its largest error is no more than `baseline_multiple`
-// times the largest baseline (a normwise bound: max over elements on both sides), or the absolute slack when
-// that is larger (it only matters where the reference is all zeros or tiny). NaN and Inf must sit at exactly
-// the reference's positions (Inf with its sign). Integer and bool outputs, and tasks that claim exactness,
+// A candidate passes when, for each output tensor, its largest error is no more than the largest of:
+// `baseline_multiple` times the largest baseline (a normwise bound: max over elements on both sides),
+// `sensitivity_multiple` times the output's quantization sensitivity (below; 0 without a quantize upstream),
+// and the absolute slack (it only matters where the reference is all zeros or tiny). NaN and Inf must sit at
+// exactly the reference's positions (Inf with its sign). Integer and bool outputs, and tasks that claim exactness,
 // must match bit for bit (any NaN equals any NaN).
 #pragma once
 
@@ -27,6 +28,10 @@ struct TolerancePolicy {
   // or mean passes that through a square root or a division, which keeps or halves it.
   double accumulation_weight = 0.25;
   double absolute_slack = -1;  // < 0: the smallest normal number of the output dtype
+  // The reference's own spread when its quantize steps see inputs one ulp away (harness/sensitivity.h): an
+  // error that large is sound. 0 (no quantize upstream) leaves the bound above as it is.
+  double sensitivity = 0;
+  double sensitivity_multiple = 2.0;
 };
 
 struct ErrorStats {

@@ -4,6 +4,7 @@
 
 #include <map>
 
+#include "ir/ops/op_util.h"
 #include "passes/graph_copier.h"
 #include "passes/staging.h"
 #include "util/format.h"
@@ -14,9 +15,11 @@ namespace {
 constexpr size_t kWeightScaleInput = 3;  // scaled_linear(xq, xs, wq, ws, [b])
 
 // The pack_scales layout that turns `ws` (row-major checkpoint layout of weight `wq`) into the GEMM's, or ""
-// when the two layouts are the same (per tensor; 128x128 block grids, which the GEMM reads as stored).
+// when the two layouts are the same (per tensor; 128x128 block grids whose rows are already aligned).
 std::string packing_for(const Shape& ws, const Shape& wq) {
   if (ws == Shape{wq[0], 1}) return "vector";
+  if (ws == ops::weight_block_scale_shape(wq[0], wq[1]) && ws != ops::gemm_weight_block_scale_shape(wq[0], wq[1]))
+    return "blocks";
   return "";
 }
 
@@ -39,7 +42,7 @@ PassResult pack_weight_scales(const Graph& graph) {
         packing_for(graph.value(ws).type.shape, graph.value(node.inputs[kWeightScaleInput - 1]).type.shape);
     if (layout.empty()) {
       ++report.found[graph.value(ws).type.shape.empty() ? "per-tensor scale (already the GEMM's layout)"
-                                                         : "128x128 block grid (already the GEMM's layout)"];
+                                                         : "128x128 block grid (rows already aligned: the GEMM's layout)"];
       copier.copy_node(id);
       continue;
     }

@@ -63,6 +63,14 @@ Result<std::map<std::string, Tensor>> run_graph(const Graph& graph, const std::m
       KILN_CHECK(location[v] != nullptr);
       args.push_back(location[v]);
     }
+    std::vector<Tensor> replaced;
+    if (options.replace_inputs && options.replace_inputs(id, args, replaced)) {
+      KILN_CHECK(replaced.size() == args.size());
+      for (size_t i = 0; i < args.size(); ++i) {
+        KILN_CHECK(replaced[i].dtype() == args[i]->dtype() && replaced[i].shape() == args[i]->shape());
+        args[i] = &replaced[i];
+      }
+    }
     auto outputs = run_node(node.op, args, node.attrs);
     if (!outputs.ok()) return with_context(outputs.error(), graph.node_label(id));
     for (size_t i = 0; i < node.outputs.size(); ++i) {

@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <map>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,10 @@ namespace kiln::ref {
 struct RunOptions {
   // Called after each node with its id (progress reporting for big graphs); may be empty.
   std::function<void(NodeId)> on_node;
+  // Called before each node with the tensors it reads; when it fills `replaced` (one tensor per input, same
+  // types) and returns true, the node reads those instead. Sensitivity runs use it (harness/sensitivity.h);
+  // may be empty.
+  std::function<bool(NodeId, std::span<const Tensor* const> inputs, std::vector<Tensor>& replaced)> replace_inputs;
 };
 
 // Runs `graph` with every graph input given by value name. Returns the outputs by output name. Errors name

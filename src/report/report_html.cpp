@@ -134,6 +134,18 @@ std::string section_waterfall(const json& report) {
          figure(report, p + "/seconds", Unit::ms) + figure(report, p + "/gain_seconds", Unit::ms) + "</tr>";
   }
   s += "<tr><td>final</td><td></td>" + figure(report, "/final/seconds", Unit::ms) + "<td></td></tr></table>";
+  const json& peers = report["peers"];
+  if (peers.is_array() && !peers.empty()) {
+    s += "<h3>Next to peers on the same model and device</h3><p class=\"note\">Measured outside kiln in the same "
+         "session (<code>--peer</code>); ratio = kiln's final time / the peer's.</p>";
+    s += "<table><tr><th>peer</th><th>time</th><th>kiln final</th><th>kiln / peer</th></tr>";
+    for (size_t i = 0; i < peers.size(); ++i) {
+      const std::string p = fmt::format("/peers/{}", i);
+      s += "<tr>" + text_cell(peers[i]["name"].get<std::string>()) + figure(report, p + "/seconds", Unit::ms) +
+           figure(report, "/final/seconds", Unit::ms) + figure(report, p + "/kiln_over_peer", Unit::ratio) + "</tr>";
+    }
+    s += "</table>";
+  }
   return s;
 }
 

@@ -1,6 +1,7 @@
 #include "report/report_json.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace kiln::report {
 namespace {
@@ -37,7 +38,27 @@ nlohmann::json breakdown_json(const profile::PlanProfile& before, const profile:
 
 }  // namespace
 
-nlohmann::json report_json(const agent::OptimizeResult& r, bool knowledge_connected) {
+Result<PeerFigure> parse_peer(const std::string& text) {
+  const size_t eq = text.rfind('=');
+  auto bad = [&](const std::string& why) {
+    return make_error(ErrorCode::invalid_argument, "--peer '" + text + "': " + why + " (give NAME=MILLISECONDS, e.g. "
+                                                   "torch.compile=2.53)");
+  };
+  if (eq == std::string::npos || eq == 0) return bad("no NAME=");
+  const std::string ms = text.substr(eq + 1);
+  size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(ms, &used);
+  } catch (const std::exception&) {
+    return bad("'" + ms + "' is not a number of milliseconds");
+  }
+  if (used != ms.size() || !(value > 0) || !std::isfinite(value)) return bad("'" + ms + "' is not a positive time");
+  return PeerFigure{text.substr(0, eq), value * 1e-3};
+}
+
+nlohmann::json report_json(const agent::OptimizeResult& r, bool knowledge_connected,
+                           const std::vector<PeerFigure>& peers) {
   nlohmann::json j;
   j["format"] = kReportFormat;
   j["model"] = r.model_key;
@@ -64,6 +85,11 @@ nlohmann::json report_json(const agent::OptimizeResult& r, bool knowledge_connec
     waterfall.push_back({{"label", w.label}, {"level", w.level}, {"seconds", w.seconds}, {"gain_seconds", w.gain_seconds}});
   }
   j["waterfall"] = waterfall;
+  nlohmann::json peer_rows = nlohmann::json::array();
+  for (const PeerFigure& p : peers) {
+    peer_rows.push_back({{"name", p.name}, {"seconds", p.seconds}, {"kiln_over_peer", r.final_seconds() / p.seconds}});
+  }
+  j["peers"] = peer_rows;
   j["breakdown"] = {{"before_seconds", r.baseline_profile.steps_seconds},
                     {"after_seconds", r.final_profile.steps_seconds},
                     {"classes", breakdown_json(r.baseline_profile, r.final_profile)}};

@@ -5,6 +5,8 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
 
 #include "agent/optimize.h"
 #include "agent/optimize_workload.h"
@@ -13,8 +15,20 @@ namespace kiln::report {
 
 inline constexpr const char* kReportFormat = "kiln-report/1";
 
+// A time measured outside kiln on the same model and device (a peer such as torch.compile, measured in the
+// same session: `kiln optimize --peer NAME=MS`). The report places it next to the final Plan's time.
+struct PeerFigure {
+  std::string name;
+  double seconds = 0;
+};
+
+// Parses NAME=MILLISECONDS (e.g. "torch.compile=2.53"); the error names what is wrong.
+Result<PeerFigure> parse_peer(const std::string& text);
+
 // `knowledge_connected`: whether a knowledge base was plugged in (the reuse section says so when not).
-nlohmann::json report_json(const agent::OptimizeResult& result, bool knowledge_connected);
+// `peers`: outside figures for the same model (JSON "peers": name, seconds, and kiln's final time over it).
+nlohmann::json report_json(const agent::OptimizeResult& result, bool knowledge_connected,
+                           const std::vector<PeerFigure>& peers = {});
 
 inline constexpr const char* kWorkloadReportFormat = "kiln-workload-report/1";
 // Per bucket: weight, model, baseline and final end-to-end seconds, speedup, its report's directory; and the

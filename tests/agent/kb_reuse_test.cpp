@@ -147,7 +147,15 @@ TEST(AgentKbReuse, ARegressingRewriteIsSkippedNextTimeUnlessForced) {
     ASSERT_NE(a, nullptr);
     EXPECT_EQ(a->outcome, "skipped");
     EXPECT_NE(a->reason.find("regressed"), std::string::npos) << a->reason;
-    EXPECT_EQ(r->knowledge_counts.lessons_applied, 1);
+    // Every lesson applied is an attempt skipped for it: the planted one, and any real rewrite the first run
+    // happened to measure slower on this (shared, noisy) machine.
+    int skipped_by_lessons = 0;
+    for (const agent::AttemptRecord& attempt : r->attempts) {
+      if (attempt.outcome == "skipped" && attempt.reason.find("--force tries it again") != std::string::npos)
+        ++skipped_by_lessons;
+    }
+    EXPECT_GE(r->knowledge_counts.lessons_applied, 1);
+    EXPECT_EQ(r->knowledge_counts.lessons_applied, skipped_by_lessons);
   }
   agent::KbKnowledgeOptions forced;
   forced.force = true;

@@ -106,18 +106,20 @@ std::vector<OpCase> all_cases() {
     add(Op::scaled_linear, {{q, {3, 130}}, {DType::f32, {3, 1}}, {q, {9, 130}}, {DType::f32, {9, 1}}});
     add(Op::scaled_linear, {{q, {3, 130}}, {DType::f32, {}}, {q, {9, 130}}, {DType::f32, {}}, {DType::bf16, {9}}});
     // Block scales as cuBLASLt reads them: xs [K/128, M] k-block-major (M = 3, K/128 = 2, so a transposed
-    // reading is caught), ws [N/128, K/128] row-major with a ragged last N block.
+    // reading is caught), ws [N/128, K/128] row-major with a ragged last N block, dense as checkpoints hold
+    // it or with its rows padded to 4 scales as pack_scales "blocks" writes it (ws_layout "packed").
     add(Op::dequantize, {{q, {3, 256}}, {DType::f32, {2, 3}}},
         {{"granularity", std::string("block")}, {"scale_layout", std::string("k_major")}});
     add(Op::scaled_linear, {{q, {3, 256}}, {DType::f32, {2, 3}}, {q, {130, 256}}, {DType::f32, {2, 2}}});
-    add(Op::scaled_linear, {{q, {3, 256}}, {DType::f32, {2, 3}}, {q, {130, 256}}, {DType::f32, {2, 2}}},
+    add(Op::scaled_linear, {{q, {3, 256}}, {DType::f32, {2, 3}}, {q, {130, 256}}, {DType::f32, {2, 4}}},
         {{"ws_layout", std::string("packed")}});
     // Per-channel scales as pack_scales "vector" leaves them ([N], ws_layout "packed").
     add(Op::scaled_linear, {{q, {3, 130}}, {DType::f32, {3, 1}}, {q, {9, 130}}, {DType::f32, {9}}},
         {{"ws_layout", std::string("packed")}});
   }
-  // Weight-scale packing (a load-time op): per-channel scales to a vector (block grids need none).
+  // Weight-scale packing (a load-time op): per-channel scales to a vector, block grids' rows padded.
   add(Op::pack_scales, {{DType::f32, {9, 1}}}, {{"layout", std::string("vector")}});
+  add(Op::pack_scales, {{DType::f32, {3, 2}}}, {{"layout", std::string("blocks")}});
   add(Op::full, {}, {{"shape", std::vector<int64_t>{2, 3}}, {"value", 0.1}, {"dtype", std::string("bf16")}});
   add(Op::arange, {}, {{"size", int64_t{7}}, {"start", 0.5}});
   return cases;

@@ -126,6 +126,8 @@ TEST(Cli, BadInputIsOneClearLine) {
       {"run zoo:flux1-dev", "--max-memory"},
       {"run zoo:flux1-dev:tiny --inputs " + missing, "nope.json"},
       {"frobnicate", "frobnicate"},
+      {"optimize --no-kb --peer torch.compile", "torch.compile"},
+      {"optimize --no-kb --peer eager=fast", "fast"},
   };
   for (const Case& c : cases) {
     auto r = run_kiln(c.args);

@@ -368,12 +368,23 @@ TEST(PackScales, Shapes) {
   EXPECT_EQ(shape_of(type(DType::bf16, {6}), "vector"), type(DType::f32, {6}));
   EXPECT_TRUE(fails_with(infer(Op::pack_scales, {type(DType::f32, {6, 2})}, {{"layout", std::string("vector")}}),
                          ErrorCode::shape_error, "needs per-channel scales [N, 1] or [N]"));
-  // Block grids are read as checkpoints store them: there is no block packing to ask for.
+  // Block grids: rows padded to 4 scales, the layout cuBLASLt's block-scaled GEMM reads.
+  EXPECT_EQ(shape_of(type(DType::f32, {3, 2}), "blocks"), type(DType::f32, {3, 4}));
+  EXPECT_EQ(shape_of(type(DType::f32, {3, 8}), "blocks"), type(DType::f32, {3, 8}));
+  EXPECT_TRUE(fails_with(infer(Op::pack_scales, {type(DType::f32, {6})}, {{"layout", std::string("blocks")}}),
+                         ErrorCode::shape_error, "needs a block grid [N/128, K/128]"));
   EXPECT_TRUE(fails_with(infer(Op::pack_scales, {type(DType::f32, {3, 2})}, {{"layout", std::string("mn_major")}}),
-                         ErrorCode::invalid_argument, "need no packing"));
+                         ErrorCode::invalid_argument, "must be \"vector\" or \"blocks\""));
   EXPECT_TRUE(fails_with(infer(Op::pack_scales, {type(DType::i32, {6, 1})}, {{"layout", std::string("vector")}}),
                          ErrorCode::shape_error, "needs floating scales"));
   EXPECT_FALSE(infer(Op::pack_scales, {type(DType::f32, {6, 1})}, {}).ok());  // layout is required
+}
+
+TEST(PackScales, BlocksPadRowsWithZeros) {
+  const Tensor g = run1(Op::pack_scales, {f32({2, 2}, {1, 2, 3, 4})}, {{"layout", std::string("blocks")}});
+  ASSERT_EQ(g.shape(), (Shape{2, 4}));
+  const std::vector<double> want = {1, 2, 0, 0, 3, 4, 0, 0};
+  for (int64_t i = 0; i < 8; ++i) EXPECT_EQ(g.get(i), want[static_cast<size_t>(i)]) << i;
 }
 
 TEST(PackScales, VectorKeepsValues) {
@@ -385,7 +396,7 @@ TEST(PackScales, VectorKeepsValues) {
 }
 
 // A GEMM reading packed per-channel scales (ws_layout "packed") computes the same bits as one reading the
-// checkpoint layout; "packed" takes block grids unchanged (N = 300: 3 ragged N-blocks; K = 260: 3 K-blocks).
+// checkpoint layout; so does one reading a padded block grid (N = 300: 3 ragged N-blocks; K = 260: 3 K-blocks).
 TEST(PackScales, PackedGemmMatchesRowMajorGemm) {
   std::mt19937 rng(11);
   std::normal_distribution<double> normal(0.0, 1.0);
@@ -412,13 +423,22 @@ TEST(PackScales, PackedGemmMatchesRowMajorGemm) {
   EXPECT_FALSE(infer(Op::scaled_linear, {type(DType::f8e4m3, {m, k}), type(DType::f32, {m, 1}),
                                          type(DType::f8e4m3, {n, k}), type(DType::f32, {n})})
                    .ok());
-  // Block grids: the same tensor under either ws_layout.
+  // Block grids: the checkpoint's dense [3, 3] grid and the padded [3, 4] one pack_scales "blocks" writes give
+  // the same bits; each layout only where it belongs.
   const Tensor xb = random(DType::f32, {3, m}, 0.01);  // 1x128 activation blocks, [K/128, M]
   const Tensor wb = random(DType::f32, {3, 3}, 0.01);
   const Tensor row_major = run1(Op::scaled_linear, {xq, xb, wq, wb}, {{"out_dtype", std::string("f32")}});
-  const Tensor as_packed = run1(Op::scaled_linear, {xq, xb, wq, wb},
+  const Tensor padded = run1(Op::pack_scales, {wb}, {{"layout", std::string("blocks")}});
+  const Tensor as_packed = run1(Op::scaled_linear, {xq, xb, wq, padded},
                                 {{"out_dtype", std::string("f32")}, {"ws_layout", std::string("packed")}});
   EXPECT_TRUE(row_major.bitwise_equal(as_packed));
+  EXPECT_FALSE(infer(Op::scaled_linear, {type(DType::f8e4m3, {m, k}), type(DType::f32, {3, m}),
+                                         type(DType::f8e4m3, {n, k}), type(DType::f32, {3, 3})},
+                     {{"ws_layout", std::string("packed")}})
+                   .ok());
+  EXPECT_FALSE(infer(Op::scaled_linear, {type(DType::f8e4m3, {m, k}), type(DType::f32, {3, m}),
+                                         type(DType::f8e4m3, {n, k}), type(DType::f32, {3, 4})})
+                   .ok());
   EXPECT_TRUE(fails_with(infer(Op::scaled_linear, {type(DType::f8e4m3, {m, k}), type(DType::f32, {m, 1}),
                                                    type(DType::f8e4m3, {n, k}), type(DType::f32, {n, 1})},
                                {{"ws_layout", std::string("blocked")}}),

@@ -16,9 +16,29 @@ namespace {
 
 using testing::expect_golden;
 
-// N = 256, K = 384: the 2 x 3 block grid is already the layout the GEMM (cuBLASLt BLK128x128_32F) reads, so
-// the pass leaves the GEMMs as they are and says why; activation scales arrive k-block-major, [K/128, M].
-TEST(PassPackScales, BlockScalesAreAlreadyTheGemmLayout) {
+// N = 256, K = 512: the 2 x 4 block grid is already the layout the GEMM (cuBLASLt BLK128x128_32F) reads (rows
+// of a multiple of 4 scales), so the pass leaves the GEMMs as they are and says why; activation scales arrive
+// k-block-major, [K/128, M].
+TEST(PassPackScales, AlignedBlockScalesAreAlreadyTheGemmLayout) {
+  const char* graph = R"(graph g {
+      input %xq: f8e4m3[2,512] per_call
+      input %xs: f32[4,2] per_call
+      input %wq: f8e4m3[256,512] weight
+      input %ws: f32[2,4] weight
+      %y: f32[2,256] = scaled_linear(%xq, %xs, %wq, %ws) {out_dtype="f32"}
+      %z: bf16[2,256] = scaled_linear(%xq, %xs, %wq, %ws) {out_dtype="bf16"}
+      output y = %y
+      output z = %z
+    })";
+  const passes::PassReport r = expect_golden(passes::pack_weight_scales, graph, graph);
+  EXPECT_FALSE(r.changed);
+  EXPECT_EQ(r.found.at("128x128 block grid (rows already aligned: the GEMM's layout)"), 2);
+  EXPECT_EQ(r.found.count("pack_scales blocks"), 0u);
+}
+
+// K = 384: the checkpoint's 2 x 3 grid has rows of 3 scales; the GEMM reads rows of 4, so one load-time pack
+// pads it, shared by both GEMMs.
+TEST(PassPackScales, RaggedBlockGridRowsArePadded) {
   const char* graph = R"(graph g {
       input %xq: f8e4m3[2,384] per_call
       input %xs: f32[3,2] per_call
@@ -29,10 +49,20 @@ TEST(PassPackScales, BlockScalesAreAlreadyTheGemmLayout) {
       output y = %y
       output z = %z
     })";
-  const passes::PassReport r = expect_golden(passes::pack_weight_scales, graph, graph);
-  EXPECT_FALSE(r.changed);
-  EXPECT_EQ(r.found.at("128x128 block grid (already the GEMM's layout)"), 2);
-  EXPECT_EQ(r.found.count("pack_scales vector"), 0u);
+  const char* expected = R"(graph g {
+      input %xq: f8e4m3[2,384] per_call
+      input %xs: f32[3,2] per_call
+      input %wq: f8e4m3[256,384] weight
+      input %ws: f32[2,3] weight
+      %ws.packed: f32[2,4] = pack_scales(%ws) {layout="blocks"}
+      %y: f32[2,256] = scaled_linear(%xq, %xs, %wq, %ws.packed) {out_dtype="f32", ws_layout="packed"}
+      %z: bf16[2,256] = scaled_linear(%xq, %xs, %wq, %ws.packed) {out_dtype="bf16", ws_layout="packed"}
+      output y = %y
+      output z = %z
+    })";
+  const passes::PassReport r = expect_golden(passes::pack_weight_scales, graph, expected);
+  EXPECT_TRUE(r.changed);
+  EXPECT_EQ(r.found.at("pack_scales blocks"), 1);
 }
 
 // Per-channel [N, 1] becomes the f32 vector [N]; a bias keeps its place; a per-tensor scale is already the

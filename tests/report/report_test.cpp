@@ -29,7 +29,7 @@ class ReportTest : public ::testing::Test {
     options.extra_opportunities = {testing::drop_planted_rewrites()};
     auto r = agent::optimize(model, testing::mlp_block_inputs(model), testing::agent_cpu_backend(), options);
     ASSERT_TRUE(r.ok()) << r.error().message;
-    report_ = new json(report::report_json(*r, false));
+    report_ = new json(report::report_json(*r, false, {{"torch.compile", 1.5e-3}}));
     html_ = new std::string(report::render_report_html(*report_));
   }
   static void TearDownTestSuite() {
@@ -107,6 +107,33 @@ TEST_F(ReportTest, WaterfallAddsUpFromBaselineToFinal) {
   }
   ASSERT_EQ(kept.size(), w.size() - 1);
   for (size_t i = 0; i < kept.size(); ++i) EXPECT_EQ(w[i + 1]["label"], kept[i]);
+}
+
+TEST_F(ReportTest, PeersSitNextToTheFinalTime) {
+  ASSERT_TRUE(report_ && html_);
+  const json& peers = (*report_)["peers"];
+  ASSERT_EQ(peers.size(), 1u);
+  EXPECT_EQ(peers[0]["name"], "torch.compile");
+  EXPECT_DOUBLE_EQ(peers[0]["seconds"].get<double>(), 1.5e-3);
+  EXPECT_DOUBLE_EQ(peers[0]["kiln_over_peer"].get<double>(), (*report_)["final"]["seconds"].get<double>() / 1.5e-3);
+  EXPECT_NE(html_->find("data-k=\"/peers/0/kiln_over_peer\""), std::string::npos);
+  EXPECT_NE(html_->find("torch.compile"), std::string::npos);
+}
+
+TEST(ReportPeers, ParseNamesWhatIsWrong) {
+  auto ok = report::parse_peer("torch.compile=2.53");
+  ASSERT_TRUE(ok.ok()) << ok.error().message;
+  EXPECT_EQ(ok->name, "torch.compile");
+  EXPECT_DOUBLE_EQ(ok->seconds, 2.53e-3);
+  auto with_equals = report::parse_peer("max-autotune=x=1");  // the last '=' splits
+  ASSERT_TRUE(with_equals.ok());
+  EXPECT_EQ(with_equals->name, "max-autotune=x");
+  for (const char* bad : {"torch.compile", "=2.5", "eager=", "eager=fast", "eager=2.5ms", "eager=-1", "eager=0"}) {
+    auto r = report::parse_peer(bad);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.error().code, ErrorCode::invalid_argument);
+    EXPECT_NE(r.error().message.find(bad), std::string::npos) << r.error().message;
+  }
 }
 
 TEST_F(ReportTest, BreakdownSumsToTheProfiledTotals) {

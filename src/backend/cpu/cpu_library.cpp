@@ -55,8 +55,9 @@ Status gemm_xwt(const std::vector<float>& x, const std::vector<float>& w, const 
 }
 
 // Dequantizes an FP8 operand [rows, k] with its scale: per tensor (`[]`), per row (`per_row`, or for a weight
-// the packed vector [rows]) or per block in the layouts of ir/ops/op_util.h (128x128 weight blocks [N/128,
-// K/128]; 1x128 activation blocks k-block-major [K/128, rows]). Inference has already accepted the shapes.
+// the packed vector [rows]) or per block in the layouts of ir/ops/op_util.h (128x128 weight blocks, a grid of
+// N/128 rows, dense or padded; 1x128 activation blocks k-block-major [K/128, rows]). Inference has already
+// accepted the shapes.
 std::vector<float> dequantize_operand(const DeviceTensor& q, const DeviceTensor& scale, const Shape& per_row,
                                       int64_t rows, int64_t k, bool is_weight) {
   std::vector<float> v = to_f32(q);
@@ -68,7 +69,7 @@ std::vector<float> dequantize_operand(const DeviceTensor& q, const DeviceTensor&
     for (int64_t c = 0; c < k; ++c) {
       const int64_t g = per_tensor ? 0
                         : row      ? r
-                        : is_weight ? ops::weight_block_scale_index(r, c, k)
+                        : is_weight ? ops::weight_block_scale_index(r, c, shape[1])
                                     : ops::activation_block_scale_index(r, c, rows);
       v[r * k + c] *= s[g];
     }

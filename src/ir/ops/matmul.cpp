@@ -205,10 +205,11 @@ ScaleShapes w_scale_shapes(const Shape& wq) {
   return ScaleShapes{{wq[0], 1}, ops::weight_block_scale_shape(wq[0], wq[1]), "per-channel", "128x128 blocks"};
 }
 
-// Weight scales as the GEMM library reads them (pack_scales output): [] per tensor, [N] per channel; the
-// block grid is read in the checkpoint's layout, so "packed" accepts it unchanged.
+// Weight scales as the GEMM library reads them (pack_scales output): [] per tensor, [N] per channel, the
+// block grid with its rows padded to the GEMM's alignment (the checkpoint's grid where that is already so).
 ScaleShapes packed_w_scale_shapes(const Shape& wq) {
-  return ScaleShapes{{wq[0]}, ops::weight_block_scale_shape(wq[0], wq[1]), "per-channel vector", "128x128 blocks"};
+  return ScaleShapes{{wq[0]}, ops::gemm_weight_block_scale_shape(wq[0], wq[1]), "per-channel vector",
+                     "128x128 blocks, rows padded to 4 scales"};
 }
 
 Result<bool> ws_is_packed(const Attrs& attrs) {
@@ -280,7 +281,8 @@ std::vector<double> dequantize_operand(const Tensor& q, const Tensor& scale, Sca
         case ScaleLayout::per_tensor: group = 0; break;
         case ScaleLayout::per_row: group = r; break;
         case ScaleLayout::blocks:
-          group = is_weight ? ops::weight_block_scale_index(r, c, k) : ops::activation_block_scale_index(r, c, rows);
+          group = is_weight ? ops::weight_block_scale_index(r, c, scale.shape()[1])
+                            : ops::activation_block_scale_index(r, c, rows);
           break;
       }
       v[r * k + c] *= s[group];
@@ -309,7 +311,7 @@ const AttrSpec kScaledLinearAttrs[] = {
     {"activation", AttrKind::string, false, "epilogue after the bias: \"none\" (default) or \"gelu_tanh\""},
     {"ws_layout", AttrKind::string, false,
      "weight scales as stored: \"row_major\" (default; [], [N,1] or [N/128,K/128]) or \"packed\" (as "
-     "pack_scales writes them: [], [N] or [N/128,K/128], the block grid unchanged)"}};
+     "pack_scales writes them: [], [N] or [N/128, round_up(K/128, 4)], the block grid's rows padded)"}};
 const AttrSpec kLinearAttrs[] = {
     {"activation", AttrKind::string, false, "epilogue after the bias: \"none\" (default) or \"gelu_tanh\""}};
 

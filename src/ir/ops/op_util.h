@@ -45,18 +45,25 @@ namespace kiln::ops {
 // The FP8 block-scale layouts a block-scaled GEMM reads: cuBLASLt's on sm_90, as measured on the H200
 // (cuBLASLt 13.1, tests/cuda/gpu_gemm_test.cpp). One definition for quantize (which writes activation scales),
 // scaled_linear (which reads both), pack-scales and the backends, so producer and consumer cannot disagree.
-// Both grids are dense: cuBLASLt reads them without row padding.
-//   weight w[N, K], 128x128 blocks (CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F): the row-major grid
-//     [N/128, K/128] — the checkpoint's own layout (DeepSeek's `weight_scale_inv`);
+//   weight w[N, K], 128x128 blocks (CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F): a row-major grid of N/128
+//     rows. Checkpoints store it dense, [N/128, K/128] (DeepSeek's `weight_scale_inv`); cuBLASLt reads rows of
+//     round_up(K/128, 4) scales (padded; measured: a dense [4, 2] grid read as garbage on the H200), which
+//     pack-scales writes at load time where the two differ. Readers take the row stride from the grid's shape.
 //   activation x[..., K], 1x128 blocks (CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F): k-block-major,
 //     [K/128, ...], the tokens of one K block contiguous (quantize's scale_layout "k_major").
 // Block counts round up: a ragged last block has its own scale.
 inline constexpr int64_t kScaleBlock = 128;
+inline constexpr int64_t kGemmScaleRowAlign = 4;  // cuBLASLt's weight grid: rows padded to 4 scales
 inline int64_t scale_blocks(int64_t extent) { return (extent + kScaleBlock - 1) / kScaleBlock; }
 inline Shape weight_block_scale_shape(int64_t n, int64_t k) { return {scale_blocks(n), scale_blocks(k)}; }
-// Flat index of the scale of w[row, col] in the weight grid.
-inline int64_t weight_block_scale_index(int64_t row, int64_t col, int64_t k) {
-  return row / kScaleBlock * scale_blocks(k) + col / kScaleBlock;
+// The grid as the GEMM reads it: each row padded to a multiple of kGemmScaleRowAlign scales.
+inline Shape gemm_weight_block_scale_shape(int64_t n, int64_t k) {
+  const int64_t row = (scale_blocks(k) + kGemmScaleRowAlign - 1) / kGemmScaleRowAlign * kGemmScaleRowAlign;
+  return {scale_blocks(n), row};
+}
+// Flat index of the scale of w[row, col] in a weight grid whose rows hold `row_stride` scales (its shape[1]).
+inline int64_t weight_block_scale_index(int64_t row, int64_t col, int64_t row_stride) {
+  return row / kScaleBlock * row_stride + col / kScaleBlock;
 }
 inline Shape activation_block_scale_shape(const Shape& x) {
   Shape s = {scale_blocks(x.empty() ? 1 : x.back())};

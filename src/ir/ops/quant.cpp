@@ -230,21 +230,28 @@ Status reference_dequantize(const RefCall& call) {
 // ---- pack_scales(scale) -> f32 scales in the layout the GEMM reads ----
 //   "vector": [N, 1] or [N] (one scale per output channel, as checkpoints store them) -> f32 [N], the contiguous
 //             per-channel vector an outer-vector-scaled GEMM (cuBLASLt OUTER_VEC_32F) reads.
-// Per-tensor scales and 128x128 block grids need no packing: the GEMM reads a scalar as it is and the block
-// grid in the checkpoint's own row-major layout (ops::weight_block_scale_shape).
+//   "blocks": a 128x128 block grid [N/128, K/128] as checkpoints store it -> f32 [N/128, round_up(K/128, 4)],
+//             each row padded with zeros to the alignment the block-scaled GEMM reads (op_util.h).
+// Per-tensor scales need no packing: the GEMM reads a scalar as it is.
 
 Result<std::vector<TensorType>> infer_pack_scales(const OpCall& call) {
   const TensorType& s = call.inputs[0];
   if (!dtype_is_float(s.dtype)) return shape_error("pack_scales needs floating scales, got " + type_to_string(s));
   const std::string layout = call.attrs.get_string("layout", "");
-  if (layout != "vector") {
-    return attr_error("attribute 'layout' of pack_scales must be \"vector\", got \"" + layout +
-                      "\" (block grids are read as the checkpoint stores them and need no packing)");
+  if (layout == "vector") {
+    if (s.shape.size() == 1 || (s.shape.size() == 2 && s.shape[1] == 1)) {
+      return std::vector<TensorType>{{DType::f32, {s.shape[0]}}};
+    }
+    return shape_error("pack_scales \"vector\" needs per-channel scales [N, 1] or [N], got " + type_to_string(s));
   }
-  if (s.shape.size() == 1 || (s.shape.size() == 2 && s.shape[1] == 1)) {
-    return std::vector<TensorType>{{DType::f32, {s.shape[0]}}};
+  if (layout == "blocks") {
+    if (s.shape.size() != 2) {
+      return shape_error("pack_scales \"blocks\" needs a block grid [N/128, K/128], got " + type_to_string(s));
+    }
+    const int64_t row = (s.shape[1] + ops::kGemmScaleRowAlign - 1) / ops::kGemmScaleRowAlign * ops::kGemmScaleRowAlign;
+    return std::vector<TensorType>{{DType::f32, {s.shape[0], row}}};
   }
-  return shape_error("pack_scales \"vector\" needs per-channel scales [N, 1] or [N], got " + type_to_string(s));
+  return attr_error("attribute 'layout' of pack_scales must be \"vector\" or \"blocks\", got \"" + layout + "\"");
 }
 
 OpCost cost_pack_scales(const OpCall& call, std::span<const TensorType> outputs) {
@@ -254,12 +261,20 @@ OpCost cost_pack_scales(const OpCall& call, std::span<const TensorType> outputs)
 Status reference_pack_scales(const RefCall& call) {
   const Tensor& s = *call.inputs[0];
   Tensor& out = call.outputs[0];
-  for (int64_t i = 0; i < s.numel(); ++i) out.set(i, s.get(i));
+  if (out.shape() == s.shape() || out.shape().size() == 1) {  // vector, or a grid already aligned
+    for (int64_t i = 0; i < s.numel(); ++i) out.set(i, s.get(i));
+    return ok_status();
+  }
+  const int64_t rows = s.shape()[0], cols = s.shape()[1], stride = out.shape()[1];
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < stride; ++c) out.set(r * stride + c, c < cols ? s.get(r * cols + c) : 0.0);
+  }
   return ok_status();
 }
 
 const AttrSpec kPackScalesAttrs[] = {
-    {"layout", AttrKind::string, true, "\"vector\" ([N,1] -> f32 [N])"},
+    {"layout", AttrKind::string, true,
+     "\"vector\" ([N,1] -> f32 [N]) or \"blocks\" ([N/128,K/128] -> f32 [N/128, round_up(K/128,4)])"},
 };
 
 constexpr std::string_view kGranularityDoc =
