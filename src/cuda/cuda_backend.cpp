@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <mutex>
 
@@ -335,12 +336,25 @@ class CudaBackend final : public backend::Backend {
                       type_to_string(in[3]));
   }
 
+  // The algorithm of each GEMM shape is chosen on its first run by timing the heuristic's first
+  // kGemmCandidates on the call's own buffers (its first choice is up to 1.24x slower than the best on FLUX's
+  // shapes, docs/performance.md). A first run under graph capture cannot time anything and keeps the
+  // heuristic's first choice; plans run once before they are captured. An algorithm that fails to run is
+  // passed over.
+  static constexpr int kGemmCandidates = 8;
+
   Status gemm(const GemmDesc& desc, const GemmArgs& args) {
     const std::string key = desc.str();
     auto it = algorithms_.find(key);
     if (it == algorithms_.end()) {
-      KILN_ASSIGN_OR_RETURN(std::vector<GemmAlgorithm> found, blas_.algorithms(desc, 1));
-      it = algorithms_.emplace(key, found[0]).first;
+      KILN_ASSIGN_OR_RETURN(std::vector<GemmAlgorithm> found, blas_.algorithms(desc, capturing_ ? 1 : kGemmCandidates));
+      size_t best = 0;
+      double best_ms = std::numeric_limits<double>::infinity();
+      for (size_t i = 0; found.size() > 1 && i < found.size(); ++i) {
+        auto ms = blas_.benchmark(desc, {found[i]}, {args}, stream_.handle(), 5);
+        if (ms.ok() && ms->front() < best_ms) best_ms = ms->front(), best = i;
+      }
+      it = algorithms_.emplace(key, found[best]).first;
     }
     return blas_.run(desc, it->second, args, stream_.handle());
   }
