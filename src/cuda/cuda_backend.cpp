@@ -410,12 +410,26 @@ class CudaBackend final : public backend::Backend {
 
   Status run_attention(const Attrs& attrs, std::span<const DeviceTensor> in, const DeviceTensor& out) {
 #ifdef KILN_HAS_CUDNN
-    const Shape& q = in[0].type.shape;  // [b, h, s, d]
-    const Shape& k = in[1].type.shape;
+    // Each operand head-major [b, h, s, d] or token-major [b, s, h, d] (its *_layout attribute): cuDNN reads and
+    // writes both through strides, so neither costs a transpose.
+    bool tm[4];
+    for (int i = 0; i < 4; ++i) tm[i] = ops::attention_token_major(attrs, i);
+    auto head_major = [](const Shape& s, bool token_major) {
+      return token_major ? Shape{s[0], s[2], s[1], s[3]} : s;
+    };
+    const Shape q = head_major(in[0].type.shape, tm[0]);
+    const Shape k = head_major(in[1].type.shape, tm[1]);
     AttentionDesc desc{.batch = q[0], .heads = q[1], .kv_heads = k[1], .q_tokens = q[2], .kv_tokens = k[2], .head_dim = q[3],
                        .dtype = in[0].type.dtype, .causal = attrs.get_int("causal", 0) != 0,
                        .scale = attrs.get_float("scale", 0.0)};
-    const std::string key = desc.str() + fmt::format(" scale={}", desc.scale);
+    auto strides = [](bool token_major, int64_t heads, int64_t tokens, int64_t dim) {
+      return token_major ? AttentionDesc::token_major(heads, tokens, dim) : AttentionDesc::head_major(heads, tokens, dim);
+    };
+    desc.q_stride = strides(tm[0], desc.heads, desc.q_tokens, desc.head_dim);
+    desc.k_stride = strides(tm[1], desc.kv_heads, desc.kv_tokens, desc.head_dim);
+    desc.v_stride = strides(tm[2], desc.kv_heads, desc.kv_tokens, desc.head_dim);
+    desc.o_stride = strides(tm[3], desc.heads, desc.q_tokens, desc.head_dim);
+    const std::string key = desc.str() + fmt::format(" scale={} layouts={}{}{}{}", desc.scale, tm[0], tm[1], tm[2], tm[3]);
     auto it = attention_.find(key);
     if (it == attention_.end()) {
       KILN_ASSIGN_OR_RETURN(CudnnAttention created, CudnnAttention::create(desc, stream_.handle()));

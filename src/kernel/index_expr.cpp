@@ -19,22 +19,49 @@ std::string atom_key(const IndexAtom& a) {
 }
 
 // Merges equal atoms and drops zero coefficients; terms sorted by atom key so equal forms compare equal.
+// Recombines what a reshape split apart: c*d*(X / d) + c*(X % d) is c*X for every integer X (the identity of
+// floor division), so a view that splits an axis and merges it back indexes as the plain variable again.
 IndexExpr normalize(IndexExpr e) {
-  std::map<std::string, IndexTerm> merged;
-  for (IndexTerm& t : e.terms) {
-    const std::string k = atom_key(t.atom);
-    auto it = merged.find(k);
-    if (it == merged.end()) {
-      merged.emplace(k, std::move(t));
-    } else {
-      it->second.coefficient += t.coefficient;
+  for (;;) {
+    std::map<std::string, IndexTerm> merged;
+    for (IndexTerm& t : e.terms) {
+      const std::string k = atom_key(t.atom);
+      auto it = merged.find(k);
+      if (it == merged.end()) {
+        merged.emplace(k, std::move(t));
+      } else {
+        it->second.coefficient += t.coefficient;
+      }
     }
+    e.terms.clear();
+    for (auto& [k, t] : merged) {
+      if (t.coefficient != 0) e.terms.push_back(std::move(t));
+    }
+    bool recombined = false;
+    for (size_t i = 0; i < e.terms.size() && !recombined; ++i) {
+      const IndexTerm& m = e.terms[i];
+      if (m.atom.kind != IndexAtom::Kind::mod) continue;
+      for (size_t j = 0; j < e.terms.size(); ++j) {
+        const IndexTerm& q = e.terms[j];
+        if (q.atom.kind != IndexAtom::Kind::div || q.atom.divisor != m.atom.divisor ||
+            q.coefficient != m.coefficient * m.atom.divisor || index_key(*q.atom.inner) != index_key(*m.atom.inner)) {
+          continue;
+        }
+        const int64_t c = m.coefficient;
+        const IndexExpr inner = *m.atom.inner;
+        std::vector<IndexTerm> rest;
+        for (size_t t = 0; t < e.terms.size(); ++t) {
+          if (t != i && t != j) rest.push_back(e.terms[t]);
+        }
+        e.terms = std::move(rest);
+        e.constant += c * inner.constant;
+        for (const IndexTerm& t : inner.terms) e.terms.push_back({c * t.coefficient, t.atom});
+        recombined = true;
+        break;
+      }
+    }
+    if (!recombined) return e;
   }
-  e.terms.clear();
-  for (auto& [k, t] : merged) {
-    if (t.coefficient != 0) e.terms.push_back(std::move(t));
-  }
-  return e;
 }
 
 IndexRange atom_range(const IndexAtom& a, const VarExtents& extents) {

@@ -1,6 +1,7 @@
 // The pipeline, as a table of contents: each line is one pass, in the order they run.
 #include "passes/pipeline.h"
 
+#include "passes/attention_layouts.h"
 #include "passes/canonicalize_views.h"
 #include "passes/cse.h"
 #include "passes/dce.h"
@@ -28,6 +29,7 @@ const PassEntry kPipeline[] = {
     {"pack-scales", Exactness::exact, pack_weight_scales},          // FP8 weight scales into the GEMM layout
     {"sink-concat", Exactness::exact, sink_concats},                 // row ops move above joint concats
     {"decompose", Exactness::reassociating, decompose_composites},  // composites -> primitives
+    {"attention-layouts", Exactness::exact, absorb_attention_layouts}, // head/token transposes into attention
     {"cse", Exactness::exact, eliminate_common_subexpressions},     // structural hashing
     {"dce", Exactness::exact, eliminate_dead_code},
     {"fuse-rows", Exactness::exact, fuse_rows_default},              // annotates fused groups

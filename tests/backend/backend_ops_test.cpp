@@ -81,6 +81,11 @@ std::vector<OpCase> all_cases() {
     add(Op::attention, {{d, {1, 2, 5, 8}}, {d, {1, 2, 5, 8}}, {d, {1, 2, 5, 8}}}, {{"causal", int64_t{1}}});
     add(Op::attention, {{d, {1, 2, 3, 4}}, {d, {1, 2, 70, 4}}, {d, {1, 2, 70, 4}}, {DType::boolean, {3, 70}}});
     add(Op::attention, {{d, {1, 2, 3, 4}}, {d, {1, 2, 6, 4}}, {d, {1, 2, 6, 4}}, {d, {1, 1, 3, 6}}});
+    // Token-major operands [b, s, h, d] (the layouts attention-layouts absorbs transposes into), GQA too.
+    add(Op::attention, {{d, {1, 5, 2, 8}}, {d, {1, 7, 1, 8}}, {d, {1, 1, 7, 8}}},
+        {{"q_layout", std::string("bshd")}, {"k_layout", std::string("bshd")}, {"out_layout", std::string("bshd")}});
+    add(Op::attention, {{d, {1, 2, 5, 8}}, {d, {1, 5, 2, 8}}, {d, {1, 5, 2, 8}}},
+        {{"v_layout", std::string("bshd")}, {"k_layout", std::string("bshd")}, {"causal", int64_t{1}}});
     add(Op::reshape, {{d, {2, 6}}}, {{"shape", std::vector<int64_t>{3, 4}}});
     add(Op::transpose, {{d, {2, 3, 5}}}, {{"perm", std::vector<int64_t>{2, 0, 1}}});
     add(Op::broadcast, {{d, {3, 1}}}, {{"shape", std::vector<int64_t>{2, 3, 5}}});

@@ -275,11 +275,54 @@ TEST(Attention, Bf16OutputRoundedOnceFromNaive) {
   EXPECT_GE(exact, o.numel() * 9 / 10);
 }
 
+// [b, s, h, d] <-> [b, h, s, d] by hand.
+Tensor swapped(const Tensor& t) {
+  const Shape& s = t.shape();
+  Tensor out(t.dtype(), {s[0], s[2], s[1], s[3]});
+  for (int64_t b = 0; b < s[0]; ++b)
+    for (int64_t i = 0; i < s[1]; ++i)
+      for (int64_t j = 0; j < s[2]; ++j)
+        for (int64_t e = 0; e < s[3]; ++e)
+          out.set(((b * s[2] + j) * s[1] + i) * s[3] + e, t.get(((b * s[1] + i) * s[2] + j) * s[3] + e));
+  return out;
+}
+
+// Each operand and the output may be token-major: the same values as the head-major attention, each tensor in
+// its own layout, bit for bit (GQA and causal masking included).
+TEST(Attention, TokenMajorLayoutsAreTheSameAttention) {
+  const Tensor q = random_tensor(DType::bf16, {2, 4, 5, 8}, 1);
+  const Tensor k = random_tensor(DType::bf16, {2, 2, 7, 8}, 2);
+  const Tensor v = random_tensor(DType::bf16, {2, 2, 7, 8}, 3);
+  const Attrs causal{{"causal", int64_t{1}}};
+  const Tensor want = run1({q, k, v}, causal);
+  for (int mask = 1; mask < 16; ++mask) {
+    Attrs attrs = causal;
+    const bool tm[4] = {(mask & 1) != 0, (mask & 2) != 0, (mask & 4) != 0, (mask & 8) != 0};
+    const char* names[4] = {"q_layout", "k_layout", "v_layout", "out_layout"};
+    for (int i = 0; i < 4; ++i) {
+      if (tm[i]) attrs.set(names[i], std::string("bshd"));
+    }
+    const Tensor got = run1({tm[0] ? swapped(q) : q, tm[1] ? swapped(k) : k, tm[2] ? swapped(v) : v}, attrs);
+    EXPECT_TRUE((tm[3] ? swapped(got) : got).bitwise_equal(want)) << "layout mask " << mask;
+  }
+}
+
 TEST(Attention, InferErrors) {
   const TensorType q{DType::bf16, {2, 8, 16, 64}}, k{DType::bf16, {2, 2, 32, 64}}, v{DType::bf16, {2, 2, 32, 64}};
   EXPECT_EQ(infer_error({q, k, v}), "");
   EXPECT_EQ(infer_error({{DType::bf16, {8, 16, 64}}, k, v}),
-            "attention: q must be [batch, heads, seq, head_dim], got bf16[8,16,64]");
+            "attention: q must be [batch, heads, seq, head_dim] (or [batch, seq, heads, head_dim] with "
+            "q_layout=\"bshd\"), got bf16[8,16,64]");
+  EXPECT_EQ(infer_error({q, k, v}, {{"v_layout", std::string("sbhd")}}),
+            "attribute 'v_layout' of attention must be \"bhsd\" or \"bshd\", got \"sbhd\"");
+  // Token-major operands are judged in head-major order: k [2, 32, 2, 64] is k [2, 2, 32, 64].
+  EXPECT_EQ(infer_error({q, {DType::bf16, {2, 32, 2, 64}}, v}, {{"k_layout", std::string("bshd")}}), "");
+  EXPECT_NE(infer_error({q, {DType::bf16, {2, 2, 32, 64}}, v}, {{"k_layout", std::string("bshd")}}).find("k and v"),
+            std::string::npos);
+  const std::vector<TensorType> qkv = {q, k, v};
+  auto out = infer_node(Op::attention, qkv, {{"out_layout", std::string("bshd")}});
+  ASSERT_TRUE(out.ok());
+  EXPECT_EQ((*out)[0].shape, (Shape{2, 16, 8, 64}));
   EXPECT_EQ(infer_error({q, {DType::f32, {2, 2, 32, 64}}, v}), "attention: k f32[2,2,32,64] must have q's dtype bf16");
   EXPECT_NE(infer_error({{DType::i32, {2, 8, 16, 64}}, {DType::i32, {2, 2, 32, 64}}, {DType::i32, {2, 2, 32, 64}}})
                 .find("floating"),

@@ -43,6 +43,24 @@ TEST(KernelIndex, ReshapeDivModFoldAway) {
   EXPECT_EQ(r.hi, 1);
 }
 
+// A reshape that splits an axis and one that merges it back: 32*(j/32) + j%32 is j again, at any coefficient
+// and with other terms around it; an unmatched pair (other divisor, other coefficient) stays as it is.
+TEST(KernelIndex, SplitAndMergedAxisIsTheVariableAgain) {
+  const VarExtents ext = extents_of({{0, 16}, {1, 64}});
+  const IndexExpr j = IndexExpr::of_var(1);
+  const IndexExpr merged = index_add(index_scale(index_div(j, 32, ext), 32), index_mod(j, 32, ext));
+  EXPECT_TRUE(merged.is_var(1)) << index_key(merged);
+  const IndexExpr row = index_scale(IndexExpr::of_var(0), 64);
+  const IndexExpr strided = index_add(row, index_add(index_scale(index_div(j, 32, ext), 96),
+                                                     index_scale(index_mod(j, 32, ext), 3)));  // 3*(32*(j/32) + j%32)
+  EXPECT_EQ(index_key(strided), index_key(index_add(row, index_scale(j, 3))));
+  const IndexExpr mismatched = index_add(index_scale(index_div(j, 32, ext), 16), index_mod(j, 32, ext));
+  EXPECT_EQ(mismatched.terms.size(), 2u) << index_key(mismatched);
+  for (int64_t v = 0; v < 64; ++v) {
+    EXPECT_EQ(index_eval(mismatched, [&](int) { return v; }), 16 * (v / 32) + v % 32);
+  }
+}
+
 Graph layernorm_modulate_graph(DType dtype, int64_t rows, int64_t cols) {
   Graph g;
   const ValueId x = *g.add_input("x", {dtype, {rows, cols}}, Binding::per_call);

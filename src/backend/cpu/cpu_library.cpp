@@ -186,14 +186,37 @@ Status run_matmul(std::span<const DeviceTensor> in, const DeviceTensor& out) {
 
 // Blocked attention with online softmax: per (batch, head) and block of query rows, key blocks are scored with
 // one sgemm, masked, folded into running max / sum, and P V accumulated with another sgemm.
+namespace {
+
+// Swaps axes 1 and 2 of a 4-d row-major array of shape `s`: [b, s, h, d] <-> [b, h, s, d].
+std::vector<float> swap_axes_1_2(const std::vector<float>& v, const Shape& s) {
+  std::vector<float> out(v.size());
+  for (int64_t b = 0; b < s[0]; ++b)
+    for (int64_t i = 0; i < s[1]; ++i)
+      for (int64_t j = 0; j < s[2]; ++j)
+        std::copy_n(v.data() + ((b * s[1] + i) * s[2] + j) * s[3], s[3], out.data() + ((b * s[2] + j) * s[1] + i) * s[3]);
+  return out;
+}
+
+// The head-major [b, h, s, d] shape of an attention operand stored in either layout.
+Shape head_major_shape(const Shape& s, bool token_major) { return token_major ? Shape{s[0], s[2], s[1], s[3]} : s; }
+
+}  // namespace
+
 Status run_attention(const Attrs& attrs, std::span<const DeviceTensor> in, const DeviceTensor& out) {
-  const Shape& qs = in[0].type.shape;
-  const Shape& ks = in[1].type.shape;
-  const Shape& vs = in[2].type.shape;
+  bool tm[4];
+  for (int i = 0; i < 4; ++i) tm[i] = ops::attention_token_major(attrs, i);
+  const Shape qs = head_major_shape(in[0].type.shape, tm[0]);
+  const Shape ks = head_major_shape(in[1].type.shape, tm[1]);
+  const Shape vs = head_major_shape(in[2].type.shape, tm[2]);
   const int64_t batch = qs[0], hq = qs[1], sq = qs[2], d = qs[3], hkv = ks[1], sk = ks[2], dv = vs[3];
   const float scale = static_cast<float>(attrs.get_float("scale", 1.0 / std::sqrt(static_cast<double>(d))));
   const bool causal = attrs.get_int("causal", 0) != 0;
-  const std::vector<float> q = to_f32(in[0]), k = to_f32(in[1]), v = to_f32(in[2]);
+  auto operand = [&](int i) {
+    std::vector<float> values = to_f32(in[static_cast<size_t>(i)]);
+    return tm[i] ? swap_axes_1_2(values, in[static_cast<size_t>(i)].type.shape) : values;
+  };
+  const std::vector<float> q = operand(0), k = operand(1), v = operand(2);
   // The mask broadcast to [B, Hq, Sq, Sk] through strides.
   const DeviceTensor* mask = in.size() > 3 ? &in[3] : nullptr;
   std::vector<float> mask_values;
@@ -274,7 +297,7 @@ Status run_attention(const Attrs& attrs, std::span<const DeviceTensor> in, const
       }
     }
   }
-  store_f32(o.data(), out);
+  store_f32(tm[3] ? swap_axes_1_2(o, {batch, hq, sq, dv}).data() : o.data(), out);
   return ok_status();
 }
 

@@ -23,17 +23,45 @@ int64_t causal_key_limit(int64_t i, int64_t sq, int64_t sk) {
   return std::clamp<int64_t>(i + sk - sq + 1, 0, sk);
 }
 
+// The layout attributes of q, k, v and the output: "bhsd" (head-major, the default) or "bshd" (token-major, as
+// a projection GEMM writes its heads). Shapes and memory follow the layout; the computation is the same.
+constexpr const char* kLayoutAttrs[4] = {"q_layout", "k_layout", "v_layout", "out_layout"};
+
+Result<bool> token_major(const Attrs& attrs, int operand) {
+  const std::string layout = attrs.get_string(kLayoutAttrs[operand], "bhsd");
+  if (layout != "bhsd" && layout != "bshd") {
+    return ops::attr_error(std::string("attribute '") + kLayoutAttrs[operand] +
+                           "' of attention must be \"bhsd\" or \"bshd\", got \"" + layout + "\"");
+  }
+  return layout == "bshd";
+}
+
+// [b, s, h, d] <-> [b, h, s, d]: the same swap both ways.
+Shape swap_heads_and_tokens(Shape s) {
+  std::swap(s[1], s[2]);
+  return s;
+}
+
 Result<std::vector<TensorType>> infer_attention(const OpCall& call) {
-  const TensorType& q = call.inputs[0];
-  const TensorType& k = call.inputs[1];
-  const TensorType& v = call.inputs[2];
   const char* names[] = {"q", "k", "v"};
   for (int i = 0; i < 3; ++i) {
     if (call.inputs[i].shape.size() != 4) {
-      return shape_error(std::string("attention: ") + names[i] + " must be [batch, heads, seq, head_dim], got " +
+      return shape_error(std::string("attention: ") + names[i] + " must be [batch, heads, seq, head_dim] (or " +
+                         "[batch, seq, heads, head_dim] with " + kLayoutAttrs[i] + "=\"bshd\"), got " +
                          type_to_string(call.inputs[i]));
     }
   }
+  // Judged in the head-major order [b, h, s, d] whatever the layouts.
+  TensorType logical[3];
+  for (int i = 0; i < 3; ++i) {
+    KILN_ASSIGN_OR_RETURN(const bool tm, token_major(call.attrs, i));
+    logical[i] = call.inputs[i];
+    if (tm) logical[i].shape = swap_heads_and_tokens(logical[i].shape);
+  }
+  KILN_ASSIGN_OR_RETURN(const bool out_token_major, token_major(call.attrs, 3));
+  const TensorType& q = logical[0];
+  const TensorType& k = logical[1];
+  const TensorType& v = logical[2];
   if (!dtype_is_float(q.dtype)) return shape_error("attention needs a floating q, got " + type_to_string(q));
   for (int i = 1; i < 3; ++i) {
     if (call.inputs[i].dtype != q.dtype) {
@@ -71,14 +99,15 @@ Result<std::vector<TensorType>> infer_attention(const OpCall& call) {
   if (causal != 0 && causal != 1) {
     return ops::attr_error("attribute 'causal' of attention must be 0 or 1, got " + std::to_string(causal));
   }
-  return std::vector<TensorType>{{q.dtype, {batch, hq, sq, v.shape[3]}}};
+  const Shape out{batch, hq, sq, v.shape[3]};
+  return std::vector<TensorType>{{q.dtype, out_token_major ? swap_heads_and_tokens(out) : out}};
 }
 
 // GEMM flops of the attended (query, key) pairs: 2*D for q k^T and 2*Dv for p v per pair. A mask is data, so
 // only causal masking reduces the count; the softmax is not counted.
 OpCost cost_attention(const OpCall& call, std::span<const TensorType> outputs) {
-  const Shape& q = call.inputs[0].shape;
-  const Shape& v = call.inputs[2].shape;
+  const Shape q = *token_major(call.attrs, 0) ? swap_heads_and_tokens(call.inputs[0].shape) : call.inputs[0].shape;
+  const Shape v = *token_major(call.attrs, 2) ? swap_heads_and_tokens(call.inputs[2].shape) : call.inputs[2].shape;
   const int64_t sq = q[2], sk = v[2];
   double pairs_per_head = static_cast<double>(sq) * static_cast<double>(sk);
   if (call.attrs.get_int("causal", 0) != 0) {
@@ -146,13 +175,32 @@ void softmax_row(double* row, int64_t limit, int64_t width) {
   for (int64_t j = limit; j < width; ++j) row[j] = 0.0;
 }
 
+// The values of a 4-d tensor in head-major order [b, h, s, d]; a token-major tensor [b, s, h, d] is reordered.
+std::vector<double> head_major_values(const Tensor& t, bool is_token_major) {
+  std::vector<double> v = t.to_f64();
+  if (!is_token_major) return v;
+  const Shape& s = t.shape();  // [b, s, h, d]
+  std::vector<double> out(v.size());
+  for (int64_t b = 0; b < s[0]; ++b)
+    for (int64_t i = 0; i < s[1]; ++i)
+      for (int64_t h = 0; h < s[2]; ++h)
+        for (int64_t d = 0; d < s[3]; ++d)
+          out[((b * s[2] + h) * s[1] + i) * s[3] + d] = v[((b * s[1] + i) * s[2] + h) * s[3] + d];
+  return out;
+}
+
 Status reference_attention(const RefCall& call) {
+  bool tm[4];
+  for (int i = 0; i < 4; ++i) tm[i] = *token_major(call.attrs, i);  // inference accepted them
   const Tensor& q = *call.inputs[0];
   const Tensor& k = *call.inputs[1];
   const Tensor& v = *call.inputs[2];
   Tensor& out = call.outputs[0];
-  const int64_t batch = q.shape()[0], hq = q.shape()[1], sq = q.shape()[2], d = q.shape()[3];
-  const int64_t hkv = k.shape()[1], sk = k.shape()[2], dv = v.shape()[3];
+  const Shape qs = tm[0] ? swap_heads_and_tokens(q.shape()) : q.shape();
+  const Shape ks = tm[1] ? swap_heads_and_tokens(k.shape()) : k.shape();
+  const Shape vs = tm[2] ? swap_heads_and_tokens(v.shape()) : v.shape();
+  const int64_t batch = qs[0], hq = qs[1], sq = qs[2], d = qs[3];
+  const int64_t hkv = ks[1], sk = ks[2], dv = vs[3];
   const bool causal = call.attrs.get_int("causal", 0) != 0;
   const double scale = call.attrs.get_float("scale", 1.0 / std::sqrt(static_cast<double>(d)));
   const MaskReader mask(call.inputs.size() == 4 ? call.inputs[3] : nullptr);
@@ -160,7 +208,8 @@ Status reference_attention(const RefCall& call) {
   const int64_t group = hq / hkv;  // q heads per kv head
 
   // q: [B, Hq, Sq, D], k: [B, Hkv, Sk, D], v: [B, Hkv, Sk, Dv], out: [B, Hq, Sq, Dv]
-  const std::vector<double> vq = q.to_f64(), vk = k.to_f64(), vv = v.to_f64();
+  const std::vector<double> vq = head_major_values(q, tm[0]), vk = head_major_values(k, tm[1]),
+                            vv = head_major_values(v, tm[2]);
   std::vector<double> vo(static_cast<size_t>(out.numel()));
   const int64_t block = std::min(sq, kQueryBlock);
   std::vector<double> scores(static_cast<size_t>(block * sk));
@@ -190,11 +239,24 @@ Status reference_attention(const RefCall& call) {
       }
     }
   }
-  for (int64_t i = 0; i < out.numel(); ++i) out.set(i, vo[i]);
+  if (!tm[3]) {
+    for (int64_t i = 0; i < out.numel(); ++i) out.set(i, vo[i]);
+    return ok_status();
+  }
+  for (int64_t b = 0; b < batch; ++b)  // out [b, s, h, dv] from vo [b, h, s, dv]
+    for (int64_t h = 0; h < hq; ++h)
+      for (int64_t i = 0; i < sq; ++i)
+        for (int64_t e = 0; e < dv; ++e) out.set(((b * sq + i) * hq + h) * dv + e, vo[((b * hq + h) * sq + i) * dv + e]);
   return ok_status();
 }
 
+constexpr std::string_view kLayoutDoc = "\"bhsd\" (default: [batch, heads, seq, dim]) or \"bshd\" ([batch, seq, heads, dim])";
+
 const AttrSpec kAttentionAttrs[] = {
+    {"q_layout", AttrKind::string, false, kLayoutDoc},
+    {"k_layout", AttrKind::string, false, kLayoutDoc},
+    {"v_layout", AttrKind::string, false, kLayoutDoc},
+    {"out_layout", AttrKind::string, false, kLayoutDoc},
     {"causal", AttrKind::int_, false,
      "1: query i attends key j iff j <= i + Sk - Sq (bottom-right aligned); default 0"},
     {"scale", AttrKind::float_, false, "multiplies q k^T before the mask and softmax; default 1/sqrt(head_dim)"},
@@ -202,9 +264,15 @@ const AttrSpec kAttentionAttrs[] = {
 
 }  // namespace
 
+bool ops::attention_token_major(const Attrs& attrs, int operand) {
+  auto tm = token_major(attrs, operand);
+  return tm.ok() && *tm;
+}
+
 const OpDef op_def_attention{
     Op::attention, "attention", kTraitAttention, 3, 4, kAttentionAttrs, infer_attention, cost_attention,
     reference_attention,
-    "softmax(q k^T * scale + mask) v; q [B,Hq,Sq,D], k [B,Hkv,Sk,D], v [B,Hkv,Sk,Dv], GQA when Hkv < Hq"};
+    "softmax(q k^T * scale + mask) v; q [B,Hq,Sq,D], k [B,Hkv,Sk,D], v [B,Hkv,Sk,Dv] (each, and the output, "
+    "token-major [B,S,H,D] with its *_layout=\"bshd\"), GQA when Hkv < Hq"};
 
 }  // namespace kiln

@@ -77,6 +77,14 @@ inline int64_t activation_block_scale_index(int64_t row, int64_t col, int64_t ro
 }  // namespace kiln::ops
 
 namespace kiln::ops {
+// attention's operand layouts (q_layout, k_layout, v_layout, out_layout; ir/ops/attention.cpp), shared with the
+// backends like the block-scale layouts above. `operand` 0..2 is q, k, v and 3 the output; true when it is
+// token-major [batch, seq, heads, dim] ("bshd") rather than head-major [batch, heads, seq, dim] ("bhsd").
+// Inference has validated the attributes; an invalid value reads as head-major.
+bool attention_token_major(const Attrs& attrs, int operand);
+}  // namespace kiln::ops
+
+namespace kiln::ops {
 // Placeholder for an op whose family file is being written: inference reports it as unsupported.
 Result<std::vector<TensorType>> infer_pending(const OpCall& call);
 OpCost cost_pending(const OpCall& call, std::span<const TensorType> outputs);
