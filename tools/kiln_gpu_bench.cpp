@@ -30,6 +30,7 @@
 #include "kernel/kernel_task.h"
 #include "kernel/schedule.h"
 #include "passes/pipeline.h"
+#include "passes/staging.h"
 #include "tune/measure_on_backend.h"
 #include "tune/task.h"
 
@@ -330,28 +331,37 @@ json bench_tuned_plan(const std::string& spec, double copy_bytes_per_second, int
   std::map<std::string, kernel::Schedule> winners;
   json kernels = json::array();
   double default_sum = 0, best_sum = 0, bytes_sum = 0;
+  // Load-time kernels (weight concatenation, scale packing) run once: only per-step and per-call ones are tuned.
+  const std::vector<Binding> times = passes::classify_binding_times(g);
   for (const tune::TuneTask& t : tasks->tasks) {
     if (t.kind != tune::TaskKind::kernel) continue;
+    if (!t.kernel.outputs.empty() && times[t.kernel.outputs[0].value] == Binding::weight) continue;
     const kernel::Kernel* lowered = &t.kernel;
     const std::vector<NodeId>& members = t.members;
     const std::string& hash = t.hash;
     auto task = kernel::kernel_task(g, *lowered);
     if (!task.ok()) continue;
     const int sms = gpu.device().compute_units;
-    std::vector<kernel::Schedule> candidates = {kernel::default_schedule(*lowered, kernel::Target::cuda, sms)};
-    for (const kernel::Schedule& s : kernel::schedule_space(*lowered, kernel::Target::cuda, sms)) {
-      if (candidates.size() >= max_candidates) break;
-      if (!(s == candidates[0])) candidates.push_back(s);
-    }
-    auto measured = tune::measure_schedules_on_backend(gpu, *lowered, *task, candidates, {{3, reps}, 1});
+    // The tuner's own search (a spread first round, then neighbours of the fastest), capped at max_candidates.
+    tune::BackendSearchOptions search_options;
+    search_options.max_candidates = max_candidates;
+    search_options.first_round = std::min<size_t>(max_candidates, 12);
+    search_options.measure = {{3, reps}, 1};
+    auto search = tune::search_schedules_on_backend(gpu, *lowered, *task,
+                                                    kernel::default_schedule(*lowered, kernel::Target::cuda, sms),
+                                                    search_options);
     json k = {{"kernel", g.node_label(members[0])}, {"members", members.size()}, {"hash", hash},
-              {"bytes", lowered->bytes}, {"candidates", candidates.size()}, {"uses", t.occurrences}};
-    if (!measured.ok()) {
-      k["error"] = measured.error().message;
-      std::printf("kernel %-40s error: %s\n", g.node_label(members[0]).c_str(), measured.error().message.c_str());
+              {"bytes", lowered->bytes}, {"uses", t.occurrences}};
+    if (!search.ok()) {
+      k["error"] = search.error().message;
+      std::printf("kernel %-40s error: %s\n", g.node_label(members[0]).c_str(), search.error().message.c_str());
       kernels.push_back(k);
       continue;
     }
+    const std::vector<tune::ScheduleMeasurement>* measured = &search->measured;
+    const std::vector<tune::ScheduleMeasurement>& candidates = search->measured;
+    k["candidates"] = candidates.size();
+    k["rounds"] = search->rounds;
     int passed = 0;
     const tune::ScheduleMeasurement* best = nullptr;
     std::string first_failure;

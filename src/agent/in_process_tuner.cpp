@@ -1,5 +1,6 @@
 #include "agent/in_process_tuner.h"
 
+#include <algorithm>
 #include <chrono>
 #include <set>
 
@@ -16,7 +17,6 @@ Tuner in_process_tuner(const InProcessTunerOptions& options, InProcessTunerStats
     InProcessTunerStats& s = stats ? *stats : local;
     const backend::Plan& plan = request.plan;
     backend::Backend& backend = request.backend;
-    const int units = backend.device().compute_units;
     std::map<std::string, kernel::Schedule> winners;
     std::set<std::string> seen;
     for (size_t step_index : request.kernel_steps) {
@@ -26,32 +26,25 @@ Tuner in_process_tuner(const InProcessTunerOptions& options, InProcessTunerStats
       const backend::Plan::PlanKernel& pk = plan.kernels().at(static_cast<size_t>(step.kernel_index));
       if (!seen.insert(pk.hash).second) continue;
       KILN_ASSIGN_OR_RETURN(harness::KernelTask task, kernel::kernel_task(plan.graph(), pk.kernel));
-      std::vector<kernel::Schedule> candidates = {pk.schedule};
-      for (const kernel::Schedule& c : kernel::schedule_space(pk.kernel, backend.target(), units)) {
-        if (candidates.size() >= options.max_candidates) break;
-        if (!(c == pk.schedule)) candidates.push_back(c);
-      }
-      tune::MeasureOptions measure;
-      measure.timing = options.timing;
-      measure.seed = 1 + s.kernels_searched;
-      KILN_ASSIGN_OR_RETURN(std::vector<tune::ScheduleMeasurement> measured,
-                            tune::measure_schedules_on_backend(backend, pk.kernel, task, candidates, measure));
+      tune::BackendSearchOptions search_options;
+      search_options.max_candidates = options.max_candidates;
+      search_options.first_round = std::min<size_t>(options.max_candidates, 12);
+      search_options.measure.timing = options.timing;
+      search_options.measure.seed = 1 + s.kernels_searched;
+      KILN_ASSIGN_OR_RETURN(tune::BackendSearch search,
+                            tune::search_schedules_on_backend(backend, pk.kernel, task, pk.schedule, search_options));
       ++s.kernels_searched;
-      const tune::ScheduleMeasurement* best = nullptr;
-      for (const tune::ScheduleMeasurement& m : measured) {
+      for (const tune::ScheduleMeasurement& m : search.measured) {
         ++s.candidates_measured;
-        if (!m.passed) {
-          ++s.candidates_failed;
-          continue;
-        }
-        if (!best || m.median_seconds < best->median_seconds) best = &m;
+        if (!m.passed) ++s.candidates_failed;
       }
-      const tune::ScheduleMeasurement& current = measured.front();
-      if (!best || best == &current) continue;
+      if (search.best <= 0) continue;  // the current schedule is the fastest (or nothing passed)
+      const tune::ScheduleMeasurement& current = search.measured.front();
+      const tune::ScheduleMeasurement& best = search.measured[static_cast<size_t>(search.best)];
       // The current schedule failing its own check would be a plan bug: never replace what was not measured.
       if (!current.passed) continue;
-      if (best->median_seconds < current.median_seconds * (1.0 - options.min_gain)) {
-        winners[pk.hash] = best->schedule;
+      if (best.median_seconds < current.median_seconds * (1.0 - options.min_gain)) {
+        winners[pk.hash] = best.schedule;
         ++s.kernels_improved;
       }
     }

@@ -1,7 +1,8 @@
 // The kernel tuner for backends that run kiln's own generated kernels in-process (the CUDA backend: NVRTC
 // modules compiled and launched by the backend, no worker per candidate). For each kernel step of the plan,
 // hottest first and each distinct kernel once, it searches the kernel's schedule space on the backend itself
-// (tune/measure_on_backend.h: every candidate checked against the reference on fresh inputs, then timed) and
+// (tune::search_schedules_on_backend: a spread first round, then the neighbours of the fastest; every
+// candidate checked against the reference on fresh inputs, then timed) and
 // keeps a schedule only when it beats the plan's current one by more than `min_gain`. The optimize loop's
 // end-to-end A/B decides whether the tuned plan is kept. The CPU uses the harness tuner instead
 // (kb_knowledge.h), where candidates run in sandboxed workers.

@@ -5,6 +5,7 @@
 #include "harness/compare.h"
 #include "harness/inputs.h"
 #include "kernel/emit.h"
+#include "tune/search.h"
 
 namespace kiln::tune {
 
@@ -46,11 +47,25 @@ Result<std::string> check_candidate(backend::Backend& backend, const backend::Lo
 
 }  // namespace
 
+Result<ReferenceRun> run_reference(const kernel::Kernel& kernel, const harness::KernelTask& task, uint64_t seed) {
+  ReferenceRun run;
+  for (size_t i = 0; i < kernel.inputs.size(); ++i) {
+    run.inputs.push_back(harness::draw_input(kernel.inputs[i].type, harness::Distribution::normal, seed + i));
+  }
+  KILN_ASSIGN_OR_RETURN(run.outputs, harness::run_task_reference(task, run.inputs));
+  if (run.outputs.size() != kernel.outputs.size()) {
+    return make_error(ErrorCode::verify_error, fmt::format("kernel {} has {} outputs, its task {}", kernel.name,
+                                                       kernel.outputs.size(), run.outputs.size()));
+  }
+  return run;
+}
+
 Result<std::vector<ScheduleMeasurement>> measure_schedules_on_backend(backend::Backend& backend,
                                                                      const kernel::Kernel& kernel,
                                                                      const harness::KernelTask& task,
                                                                      std::span<const kernel::Schedule> schedules,
-                                                                     const MeasureOptions& options) {
+                                                                     const MeasureOptions& options,
+                                                                     const ReferenceRun* given_reference) {
   std::vector<ScheduleMeasurement> results(schedules.size());
   // One module holds every candidate that can be implemented: one compile for the whole search.
   std::vector<kernel::KernelToEmit> to_emit;
@@ -85,15 +100,13 @@ Result<std::vector<ScheduleMeasurement>> measure_schedules_on_backend(backend::B
     }
   }
 
-  std::vector<Tensor> host_inputs;
-  for (size_t i = 0; i < kernel.inputs.size(); ++i) {
-    host_inputs.push_back(harness::draw_input(kernel.inputs[i].type, harness::Distribution::normal, options.seed + i));
+  ReferenceRun computed;
+  if (!given_reference) {
+    KILN_ASSIGN_OR_RETURN(computed, run_reference(kernel, task, options.seed));
   }
-  KILN_ASSIGN_OR_RETURN(std::vector<Tensor> reference, harness::run_task_reference(task, host_inputs));
-  if (reference.size() != kernel.outputs.size()) {
-    return make_error(ErrorCode::verify_error, fmt::format("kernel {} has {} outputs, its task {}", kernel.name,
-                                                       kernel.outputs.size(), reference.size()));
-  }
+  const ReferenceRun& ran = given_reference ? *given_reference : computed;
+  const std::vector<Tensor>& host_inputs = ran.inputs;
+  const std::vector<Tensor>& reference = ran.outputs;
   DeviceTensors memory(backend);
   std::vector<backend::DeviceTensor> inputs, outputs;
   for (size_t i = 0; i < host_inputs.size(); ++i) {
@@ -126,6 +139,42 @@ Result<std::vector<ScheduleMeasurement>> measure_schedules_on_backend(backend::B
     m.min_seconds = timing->min_seconds;
   }
   return results;
+}
+
+Result<BackendSearch> search_schedules_on_backend(backend::Backend& backend, const kernel::Kernel& kernel,
+                                                  const harness::KernelTask& task, const kernel::Schedule& current,
+                                                  const BackendSearchOptions& options) {
+  const int units = backend.device().compute_units;
+  const std::vector<kernel::Schedule> space = kernel::schedule_space(kernel, backend.target(), units);
+  KILN_ASSIGN_OR_RETURN(const ReferenceRun reference, run_reference(kernel, task, options.measure.seed));
+  BackendSearch search;
+  std::vector<kernel::Schedule> tried;
+  auto measure_round = [&](std::vector<kernel::Schedule> round) -> Result<bool> {
+    if (round.size() > options.max_candidates - tried.size()) round.resize(options.max_candidates - tried.size());
+    if (round.empty()) return false;
+    KILN_ASSIGN_OR_RETURN(std::vector<ScheduleMeasurement> measured,
+                          measure_schedules_on_backend(backend, kernel, task, round, options.measure, &reference));
+    ++search.rounds;
+    bool improved = false;
+    for (ScheduleMeasurement& m : measured) {
+      tried.push_back(m.schedule);
+      search.measured.push_back(std::move(m));
+      const ScheduleMeasurement& last = search.measured.back();
+      if (!last.passed) continue;
+      if (search.best < 0 || last.median_seconds < search.measured[static_cast<size_t>(search.best)].median_seconds) {
+        improved = improved || search.best >= 0;
+        search.best = static_cast<int>(search.measured.size()) - 1;
+      }
+    }
+    return improved || search.rounds == 1;
+  };
+  const size_t first = std::max<size_t>(1, std::min(options.first_round, options.max_candidates));
+  KILN_ASSIGN_OR_RETURN(bool go_on, measure_round(initial_candidates(space, current, static_cast<int>(first))));
+  while (go_on && search.best >= 0 && tried.size() < options.max_candidates) {
+    const kernel::Schedule center = search.measured[static_cast<size_t>(search.best)].schedule;
+    KILN_ASSIGN_OR_RETURN(go_on, measure_round(untried_neighbours(space, center, tried)));
+  }
+  return search;
 }
 
 }  // namespace kiln::tune

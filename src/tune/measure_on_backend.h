@@ -31,11 +31,40 @@ struct MeasureOptions {
   uint64_t seed = 1;
 };
 
+// The seeded inputs of a kernel and the reference's outputs for them: computed once per kernel (at real sizes
+// the reference takes seconds) and shared by every round of a search.
+struct ReferenceRun {
+  std::vector<Tensor> inputs;
+  std::vector<Tensor> outputs;
+};
+Result<ReferenceRun> run_reference(const kernel::Kernel& kernel, const harness::KernelTask& task, uint64_t seed);
+
 // `task` is kernel::kernel_task(graph, kernel): the oracle for `kernel`'s inputs and outputs, in kernel order.
+// `reference` (optional) is run_reference(kernel, task, options.seed), computed here when null.
 Result<std::vector<ScheduleMeasurement>> measure_schedules_on_backend(backend::Backend& backend,
                                                                      const kernel::Kernel& kernel,
                                                                      const harness::KernelTask& task,
                                                                      std::span<const kernel::Schedule> schedules,
-                                                                     const MeasureOptions& options = {});
+                                                                     const MeasureOptions& options = {},
+                                                                     const ReferenceRun* reference = nullptr);
+
+// Local search over the kernel's schedule space on the backend, the strategy of tune/search.h: round 0 is
+// `current` and schedules spread evenly over the space (so a budget of a few dozen reaches every
+// threads-per-row, not only the space's first corner); each later round measures the untried neighbours of
+// the fastest so far and the search ends when a round finds nothing faster or `max_candidates` have been
+// measured. `measured[0]` is `current`; `best` indexes the fastest that passed (-1: none did).
+struct BackendSearchOptions {
+  size_t max_candidates = 24;  // the current schedule included
+  size_t first_round = 12;     // schedules in round 0, the current one included
+  MeasureOptions measure;
+};
+struct BackendSearch {
+  std::vector<ScheduleMeasurement> measured;
+  int best = -1;
+  int rounds = 0;
+};
+Result<BackendSearch> search_schedules_on_backend(backend::Backend& backend, const kernel::Kernel& kernel,
+                                                  const harness::KernelTask& task, const kernel::Schedule& current,
+                                                  const BackendSearchOptions& options);
 
 }  // namespace kiln::tune

@@ -7,6 +7,7 @@
 #include "../backend/backend_test_util.h"
 #include "kernel/kernel_task.h"
 #include "passes/pipeline.h"
+#include "tune/search.h"
 
 namespace kiln {
 namespace {
@@ -64,6 +65,44 @@ TEST(MeasureOnBackend, EveryCandidateIsCheckedThenTimed) {
   EXPECT_FALSE(bad.passed);
   EXPECT_NE(bad.failure.find("cannot implement"), std::string::npos) << bad.failure;
   EXPECT_EQ(bad.median_seconds, 0);
+}
+
+// The search on the backend: round 0 is the current schedule and a spread over the space (not its first
+// corner), each later round neighbours of the fastest so far; never more than max_candidates, no schedule
+// twice, and `best` is the fastest that passed.
+TEST(MeasureOnBackend, SearchSpreadsThenRefinesAroundTheFastest) {
+  const FusedKernel f = layernorm_modulate(64, 512);
+  backend::Backend& cpu = testing::cpu_backend();
+  const std::vector<kernel::Schedule> space = kernel::schedule_space(f.kernel, kernel::Target::cpu, cpu.device().compute_units);
+  ASSERT_GE(space.size(), 8u);
+  const kernel::Schedule current = kernel::default_schedule(f.kernel, kernel::Target::cpu, cpu.device().compute_units);
+  tune::BackendSearchOptions options;
+  options.max_candidates = 9;
+  options.first_round = 4;
+  options.measure = {{1, 3}, 5};
+  auto search = tune::search_schedules_on_backend(cpu, f.kernel, f.task, current, options);
+  ASSERT_TRUE(search.ok()) << search.error().message;
+  const std::vector<tune::ScheduleMeasurement>& m = search->measured;
+  ASSERT_GE(m.size(), 2u);
+  EXPECT_LE(m.size(), options.max_candidates);
+  EXPECT_TRUE(m[0].schedule == current);
+  EXPECT_GE(search->rounds, 1);
+  for (size_t i = 0; i < m.size(); ++i) {
+    EXPECT_TRUE(m[i].passed) << kernel::schedule_to_string(m[i].schedule) << ": " << m[i].failure;
+    for (size_t j = 0; j < i; ++j) EXPECT_FALSE(m[i].schedule == m[j].schedule) << i << " repeats " << j;
+  }
+  // Round 0 reaches the far end of the space.
+  bool reached_last = false;
+  for (size_t i = 0; i < std::min<size_t>(m.size(), options.first_round); ++i) reached_last |= m[i].schedule == space.back();
+  EXPECT_TRUE(reached_last);
+  ASSERT_GE(search->best, 0);
+  for (const tune::ScheduleMeasurement& x : m) EXPECT_LE(m[static_cast<size_t>(search->best)].median_seconds, x.median_seconds);
+  // Every schedule after round 0 is one field away from a schedule measured before it.
+  for (size_t i = options.first_round; i < m.size(); ++i) {
+    bool neighbour = false;
+    for (size_t j = 0; j < i; ++j) neighbour |= tune::schedule_distance(m[i].schedule, m[j].schedule) == 1;
+    EXPECT_TRUE(neighbour) << kernel::schedule_to_string(m[i].schedule);
+  }
 }
 
 TEST(MeasureOnBackend, AKernelThatComputesSomethingElseFailsTheCheck) {
