@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <set>
 #include <thread>
 
 #include "agent/task_key.h"
@@ -34,8 +35,8 @@ std::string date_of(int64_t unix_seconds) {
   return buffer;
 }
 
-// The seed's neighbourhood in the kernel's harness space: the seed (when the space has it), then every
-// schedule one field away, then the nearest others until there are at least `count`.
+// The seed's neighbourhood in the kernel's harness space, nearest first (the seed itself when the space has
+// it, then schedules one field away, ...), `count` of them.
 std::vector<kernel::Schedule> seeded_space(const kernel::Kernel& k, kernel::Schedule seed, int cores, size_t count) {
   seed.threads = 1;
   const std::vector<kernel::Schedule> space = tune::harness_space(kernel::schedule_space(k, kernel::Target::cpu, cores));
@@ -44,13 +45,60 @@ std::vector<kernel::Schedule> seeded_space(const kernel::Kernel& k, kernel::Sche
   std::stable_sort(by_distance.begin(), by_distance.end());
   std::vector<kernel::Schedule> out;
   for (const auto& [distance, index] : by_distance) {
-    if (distance > 1 && out.size() >= count) break;
+    if (out.size() >= count) break;
     out.push_back(space[index]);
   }
   return out;
 }
 
+// Whether a kernel recipe's winner was its task's own default schedule (recipes recorded before
+// `default_won` say so in their decision).
+bool recipe_kept_default(const kb::Recipe& recipe) {
+  const nlohmann::json& v = recipe.verification;
+  if (v.contains("default_won")) return v.at("default_won").get<bool>();
+  const std::string decision = v.value("decision", std::string());
+  return decision == "the default schedule is the fastest" ||
+         decision.rfind("the fastest candidate did not beat the default", 0) == 0;
+}
+
 int logical_cores() { return std::max(1, static_cast<int>(std::thread::hardware_concurrency())); }
+
+std::vector<std::string> string_list(const nlohmann::json& j, const char* field) {
+  std::vector<std::string> out;
+  if (j.contains(field)) {
+    for (const auto& name : j.at(field)) out.push_back(name.get<std::string>());
+  }
+  return out;
+}
+
+// A plan recipe's implementation back as a StoredPlan (plans stored before `model`, `decided` and `prior` were
+// recorded have none of those).
+Result<StoredPlan> plan_from_recipe(const kb::Recipe& recipe) {
+  const nlohmann::json& j = recipe.implementation;
+  StoredPlan p;
+  p.id = recipe.id;
+  p.run_id = recipe.run_id;
+  p.seconds = recipe.seconds;
+  try {
+    p.model_key = j.value("model", std::string());
+    p.prior = j.value("prior", std::string());
+    for (const std::string& name : string_list(j, "disabled_passes")) p.disabled_passes.insert(name);
+    p.rewrites = string_list(j, "rewrites");
+    p.kept = string_list(j, "kept");
+    p.decided = string_list(j, "decided");
+    for (const auto& [hash, schedule] : j.at("schedules").items()) {
+      auto parsed = kernel::schedule_from_json(schedule.dump());
+      if (!parsed.ok()) {
+        return make_error(ErrorCode::parse_error,
+                          "stored plan " + p.id + ": schedule " + hash + ": " + parsed.error().message);
+      }
+      p.schedules[hash] = *parsed;
+    }
+  } catch (const nlohmann::json::exception& e) {
+    return make_error(ErrorCode::parse_error, "stored plan " + p.id + " is malformed: " + e.what());
+  }
+  return p;
+}
 
 }  // namespace
 
@@ -105,8 +153,10 @@ void KbKnowledge::record(const std::string& model_key, const std::string& device
     d.reason = attempt.outcome + ": " + attempt.reason;
     KILN_TRY(kb_.record_decision(d));
     ++counts_.decisions_recorded;
-    // The tuner's findings are its recipes; a tuning attempt that found nothing is no lesson about tuning.
+    // The tuner's findings are its recipes; a tuning attempt that found nothing is no lesson about tuning. A near
+    // plan is a decision about one stored plan at these sizes, no lesson about a rewrite.
     if (attempt.level == OpportunityLevel::kernel && attempt.opportunity == "tune-kernels") return ok_status();
+    if (attempt.opportunity == "near-plan") return ok_status();
     kb::Lesson l;
     l.run_id = run_id_;
     l.pattern = lesson_pattern(model_key, attempt.opportunity);
@@ -145,46 +195,82 @@ std::optional<StoredPlan> KbKnowledge::stored_plan(const std::string& model_key,
     return say(fmt::format("stored plan {} was decided under another fingerprint ({}): not reused, decided again",
                            hit.recipe.id, differences));
   }
-  const nlohmann::json& j = hit.recipe.implementation;
-  StoredPlan p;
-  p.id = hit.recipe.id;
-  p.run_id = hit.recipe.run_id;
-  p.seconds = hit.recipe.seconds;
-  try {
-    for (const auto& name : j.at("disabled_passes")) p.disabled_passes.insert(name.get<std::string>());
-    for (const auto& name : j.at("rewrites")) p.rewrites.push_back(name.get<std::string>());
-    for (const auto& name : j.at("kept")) p.kept.push_back(name.get<std::string>());
-    for (const auto& [hash, schedule] : j.at("schedules").items()) {
-      auto parsed = kernel::schedule_from_json(schedule.dump());
-      if (!parsed.ok()) {
-        ++counts_.plan_rejected;
-        return say("stored plan " + p.id + ": schedule " + hash + ": " + parsed.error().message);
-      }
-      p.schedules[hash] = *parsed;
-    }
-  } catch (const nlohmann::json::exception& e) {
+  auto plan = plan_from_recipe(hit.recipe);
+  if (!plan.ok()) {
     ++counts_.plan_rejected;
-    return say("stored plan " + p.id + " is malformed: " + e.what());
+    return say(plan.error().message);
   }
-  return p;
+  if (plan->model_key.empty()) plan->model_key = model_key;  // stored before plans named their model
+  return std::move(plan).value();
 }
 
-void KbKnowledge::record_plan(const std::string& model_key, const StoredPlan& plan) {
-  kb::Recipe r;
-  r.run_id = run_id_;
-  r.key = {plan_task_hash(model_key), {}};
-  r.fingerprint = fingerprint_;
-  r.kind = kb::ImplementationKind::library;
+std::optional<StoredPlan> KbKnowledge::near_plan(const PlanKey& key, std::string* why_not) {
+  auto say = [&](std::string reason) {
+    if (why_not) *why_not = std::move(reason);
+    return std::nullopt;
+  };
+  if (options_.force) return say("--force: no near plan either");
+  if (key.structure.empty()) return say("no structure key for " + key.model_key);
+  const kb::RecipeKey structure{key.structure, key.sizes};
+  // The same structure at the same sizes under another spec first (the same model named differently), then
+  // other sizes, nearest first.
+  auto same = kb_.exact_hits(structure, fingerprint_, kb::FingerprintPolicy::ignore);
+  auto near = kb_.near_hits(structure, fingerprint_, 8);
+  if (!same.ok() || !near.ok()) {
+    const Error& e = !same.ok() ? same.error() : near.error();
+    warn("reading near plans", e);
+    return say("the knowledge base could not be read: " + e.message);
+  }
+  std::vector<kb::RecipeHit> hits = std::move(same).value();
+  for (kb::RecipeHit& h : *near) hits.push_back(std::move(h));
+  std::string elsewhere;
+  for (const kb::RecipeHit& hit : hits) {
+    if (!hit.same_fingerprint) {
+      if (elsewhere.empty()) elsewhere = hit.recipe.id;
+      continue;
+    }
+    auto plan = plan_from_recipe(hit.recipe);
+    if (!plan.ok()) {
+      warn("reading near plan " + hit.recipe.id, plan.error());
+      continue;
+    }
+    if (plan->model_key == key.model_key) continue;  // this model's own plan: stored_plan's business
+    return std::move(plan).value();
+  }
+  if (!elsewhere.empty()) {
+    return say("no stored plan for " + key.model_key + " and no near plan on this fingerprint (near plan " + elsewhere +
+               " was decided under another one)");
+  }
+  return say("no stored plan for " + key.model_key + " and none for the same structure at other sizes");
+}
+
+void KbKnowledge::record_plan(const PlanKey& key, const StoredPlan& plan) {
   nlohmann::json schedules = nlohmann::json::object();
   for (const auto& [hash, s] : plan.schedules) schedules[hash] = nlohmann::json::parse(kernel::schedule_to_json(s));
-  r.implementation = {{"disabled_passes", plan.disabled_passes}, {"rewrites", plan.rewrites},
-                      {"kept", plan.kept}, {"schedules", schedules}};
+  kb::Recipe r;
+  r.run_id = run_id_;
+  r.fingerprint = fingerprint_;
+  r.kind = kb::ImplementationKind::library;
+  r.implementation = {{"model", key.model_key}, {"disabled_passes", plan.disabled_passes}, {"rewrites", plan.rewrites},
+                      {"kept", plan.kept}, {"decided", plan.decided}, {"prior", plan.prior}, {"schedules", schedules}};
   r.seconds = plan.seconds;
   r.timings = nlohmann::json::array();
   r.verification = {{"numerics", "every output within the numerics policy vs the reference executor"}};
-  auto id = kb_.record_recipe(r);
-  if (!id.ok()) return warn("recording the plan", id.error());
-  ++counts_.recipes_recorded;
+  int recorded = 0;
+  // Two rows, one plan: under the exact spec (the next run of this model re-verifies it) and under its
+  // structure with its sizes (a run at other sizes takes it as its near plan).
+  Status st = kb_.atomically([&]() -> Status {
+    r.key = {plan_task_hash(key.model_key), {}};
+    KILN_TRY(kb_.record_recipe(r));
+    ++recorded;
+    if (key.structure.empty()) return ok_status();
+    r.key = {key.structure, key.sizes};
+    KILN_TRY(kb_.record_recipe(r));
+    ++recorded;
+    return ok_status();
+  });
+  if (!st.ok()) return warn("recording the plan", st.error());
+  counts_.recipes_recorded += recorded;
 }
 
 Tuner KbKnowledge::tuner() {
@@ -209,50 +295,88 @@ Result<std::map<std::string, kernel::Schedule>> KbKnowledge::tune(const TuneRequ
   std::stable_sort(tasks.begin(), tasks.end(), [&](auto* a, auto* b) { return rank(a) < rank(b); });
 
   const int cores = options_.tune.cores > 0 ? options_.tune.cores : logical_cores();
+  const double budget = std::min(options_.tune_budget_seconds, request.budget_seconds);
   const auto start = Clock::now();
-  auto spent = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
+  auto left_seconds = [&] { return budget - std::chrono::duration<double>(Clock::now() - start).count(); };
   std::map<std::string, kernel::Schedule> winners;
-  size_t left = tasks.size();
-  for (const tune::TuneTask* task : tasks) {
-    const size_t share_of = left--;
-    const kb::RecipeKey key{kernel_structure_hash(task->kernel), kernel_param_types(task->kernel)};
-    const kernel::Schedule fallback = kernel::default_schedule(task->kernel, kernel::Target::cpu, cores);
-    // An exact recipe on this fingerprint: re-verified (compiled and checked against the reference), then used.
+
+  // An exact recipe decides its task with a re-verification at most: none when the recipe is the kernel's
+  // default schedule (the loop's numerics gate checks it with the whole Plan).
+  std::set<const tune::TuneTask*> had_exact;  // re-verified once already: not again
+  auto decide_exact = [&](const tune::TuneTask& task) -> Result<bool> {
+    if (had_exact.count(&task)) return false;
+    const kb::RecipeKey key{kernel_structure_hash(task.kernel), kernel_param_types(task.kernel)};
+    const kernel::Schedule fallback = kernel::default_schedule(task.kernel, kernel::Target::cpu, cores);
     KILN_ASSIGN_OR_RETURN(auto exact, kb_.exact_hits(key, fingerprint_, kb::FingerprintPolicy::ignore));
-    bool reused = false;
+    if (!exact.empty()) had_exact.insert(&task);
     for (const kb::RecipeHit& hit : exact) {
       auto schedule = kernel::schedule_from_json(hit.recipe.implementation.dump());
       if (!schedule.ok()) continue;
-      tune::CandidateRecord check = tune::verify_schedule(graph, *task, *schedule, options_.tune);
+      if (*schedule == fallback) return true;
+      if (left_seconds() <= 0) return false;
+      ++counts_.tune_candidates;
+      tune::CandidateRecord check = tune::verify_schedule(graph, task, *schedule, options_.tune);
       if (check.outcome != "passed") continue;
-      ++counts_.exact_hits;
-      if (!(*schedule == fallback)) {
-        winners[task->hash] = *schedule;
-      }
-      reused = true;
-      break;
+      winners[task.hash] = *schedule;
+      return true;
     }
-    if (reused) continue;
-    const double left_seconds = options_.tune_budget_seconds - spent();
-    if (left_seconds <= 0) continue;  // the tuner's share is spent: the default schedule stays
-    tune::TuneOptions o = options_.tune;
-    o.cores = cores;
-    o.measure_baseline = false;
-    o.budget_seconds = left_seconds / static_cast<double>(share_of);
-    o.max_candidates = options_.max_candidates;
+    return false;
+  };
+  // Exact recipes of earlier runs first, so the budget left after those cheap decisions goes to the searches.
+  std::vector<const tune::TuneTask*> open;
+  for (const tune::TuneTask* task : tasks) {
+    KILN_ASSIGN_OR_RETURN(bool decided, decide_exact(*task));
+    if (decided) {
+      ++counts_.exact_hits;
+    } else {
+      open.push_back(task);
+    }
+  }
+
+  // The rest, hottest first, each decided once: by a recipe recorded earlier in this run (the same kernel
+  // elsewhere), seeded from a near recipe, or searched cold. The budget left is shared out over the tasks
+  // still open; what a seeded task does not use goes to the ones after it.
+  size_t left = open.size();
+  int untimed = 0;
+  std::string first_untimed;
+  for (const tune::TuneTask* task : open) {
+    const size_t share_of = left--;
+    if (left_seconds() <= 0) {
+      ++counts_.tasks_undecided;  // the tuner's share is spent: the default schedule stays
+      continue;
+    }
+    KILN_ASSIGN_OR_RETURN(bool decided, decide_exact(*task));
+    if (decided) {
+      ++counts_.exact_hits;
+      continue;
+    }
+    const kb::RecipeKey key{kernel_structure_hash(task->kernel), kernel_param_types(task->kernel)};
+    const kernel::Schedule fallback = kernel::default_schedule(task->kernel, kernel::Target::cpu, cores);
     KILN_ASSIGN_OR_RETURN(auto near, kb_.near_hits(key, fingerprint_, 1));
     std::optional<kernel::Schedule> seed;
     if (!near.empty()) {
       auto parsed = kernel::schedule_from_json(near.front().recipe.implementation.dump());
       if (parsed.ok()) seed = *parsed;
     }
+    tune::TuneOptions o = options_.tune;
+    o.cores = cores;
+    o.measure_baseline = false;
+    o.budget_seconds = left_seconds() / static_cast<double>(share_of);
+    o.max_candidates = options_.max_candidates;
     if (seed) {
       ++counts_.near_hits;
-      const size_t count = static_cast<size_t>(std::max(2, options_.seeded_candidates));
+      // The near recipe kept its own default: the prior is "the default wins", and this kernel's default is
+      // what the plan already runs. Nothing to verify or time apart from the whole Plan.
+      kernel::Schedule seed_single = *seed, default_single = fallback;
+      seed_single.threads = default_single.threads = 1;
+      if (recipe_kept_default(near.front().recipe) || seed_single == default_single) continue;
+      // Else the seed (and `seeded_neighbours` schedules one field from it) against the default, one round,
+      // the A/B against the default deciding (tune_kernel: a tie keeps the default).
+      const size_t count = static_cast<size_t>(1 + std::max(0, options_.seeded_neighbours));
       o.space = [seed, cores, count](const kernel::Kernel& k) { return seeded_space(k, *seed, cores, count); };
-      o.initial_candidates = options_.seeded_candidates;
-      o.max_rounds = 1;
-      o.max_candidates = options_.seeded_candidates + 1;
+      o.initial_candidates = static_cast<int>(count) + 1;
+      o.max_rounds = 0;
+      o.max_candidates = static_cast<int>(count) + 1;
     } else {
       ++counts_.cold_tasks;
     }
@@ -261,8 +385,17 @@ Result<std::map<std::string, kernel::Schedule>> KbKnowledge::tune(const TuneRequ
       warn("tuning " + task->label, tuned.error());
       continue;
     }
-    if (!tuned->tuned) continue;
-    if (!(tuned->winner == tuned->default_schedule)) winners[task->hash] = tuned->winner;
+    counts_.tune_candidates += tuned->tried();
+    if (!tuned->tuned) {
+      // Nothing passed and was timed (a compiler or harness fault, not a slow schedule): said once per call.
+      if (untimed++ == 0 && !tuned->candidates.empty()) {
+        const tune::CandidateRecord& c = tuned->candidates.front();
+        first_untimed = task->label + ": " + c.outcome + ": " + c.summary;
+      }
+      continue;
+    }
+    const bool default_won = tuned->winner == tuned->default_schedule;
+    if (!default_won) winners[task->hash] = tuned->winner;
     kb::Recipe r;
     r.run_id = run_id_;
     r.key = key;
@@ -277,13 +410,19 @@ Result<std::map<std::string, kernel::Schedule>> KbKnowledge::tune(const TuneRequ
                            {"seconds", c.timed ? c.time.median : 0.0}});
     }
     r.verification = {{"kernel_hash", task->hash}, {"outcome", "passed"}, {"decision", tuned->decision},
-                      {"seeded_from", seed ? near.front().recipe.id : ""}};
+                      {"default_won", default_won}, {"seeded_from", seed ? near.front().recipe.id : ""}};
     auto id = kb_.record_recipe(r);
     if (!id.ok()) {
       warn("recording the recipe of " + task->label, id.error());
     } else {
       ++counts_.recipes_recorded;
     }
+  }
+  if (untimed > 0) {
+    warn("tuning", make_error(ErrorCode::unsupported,
+                              fmt::format("{} kernel task(s) kept their default schedule because no candidate passed "
+                                          "and was timed; the first: {}",
+                                          untimed, first_untimed)));
   }
   return winners;
 }

@@ -4,11 +4,18 @@
 //     newest lesson here is negative (slower, numerics, failed) is skipped unless `force`;
 //   - the final config is a recipe "plan:<model spec>" under the device fingerprint; a later run with the same
 //     spec and fingerprint gets it back (stored_plan) and re-verifies it; under another fingerprint it is not
-//     reused and the reason says what differs;
-//   - the tuner, per kernel task of the current Plan, hottest first: an exact recipe (same structure hash and
-//     types, same fingerprint) is re-verified by the harness (compile + verify, no timing) and used without
-//     tuning; else near recipes (same structure, other shapes) seed the search, which then tries the seed's
-//     neighbourhood only; else a cold search. Every tuned task's winner is recorded as a recipe.
+//     reused and the reason says what differs. The same config is a second recipe under the model's structure
+//     (plan_structure_hash) with its input types: a run of that structure at other sizes gets the nearest one on
+//     this fingerprint back as its near plan (near_plan);
+//   - the tuner decides each kernel task of the current Plan once and ends when every task is decided (its
+//     budget, min(its share, what the loop has left), caps the total): an exact recipe (same structure hash
+//     and types, same fingerprint) is used without tuning, re-verified by the harness (compile + verify, no
+//     timing) unless it is the kernel's default schedule (the loop verifies the whole Plan); else a near recipe
+//     (same structure, other shapes) is the prior: when it kept its own default the default stays with no
+//     compile, else the seed and `seeded_neighbours` schedules around it are timed against the default once
+//     (A/B) and the task is decided; else a cold search, decided when it ends. Exact hits go first, then the
+//     rest hottest first, sharing out what is left of the budget; tasks the budget does not reach keep their
+//     default and are counted undecided. Every searched task's winner is recorded as a recipe.
 #pragma once
 
 #include <memory>
@@ -25,7 +32,7 @@ struct KbKnowledgeOptions {
   bool force = false;              // retry rewrites that lessons say regress; ignore stored plans
   double tune_budget_seconds = 60;  // the tuner's share of the run, over all its tasks
   int max_candidates = 8;          // per cold task (the default included)
-  int seeded_candidates = 4;       // per task seeded from a near hit
+  int seeded_neighbours = 1;       // seeded task whose seed is not the default: schedules one field from it, timed too
   tune::TuneOptions tune = tune::default_tune_options();
 };
 
@@ -40,7 +47,8 @@ class KbKnowledge : public OptimizeKnowledge {
                                               const std::string& opportunity) override;
   void record(const std::string& model_key, const std::string& device, const AttemptRecord& attempt) override;
   std::optional<StoredPlan> stored_plan(const std::string& model_key, std::string* why_not) override;
-  void record_plan(const std::string& model_key, const StoredPlan& plan) override;
+  std::optional<StoredPlan> near_plan(const PlanKey& key, std::string* why_not) override;
+  void record_plan(const PlanKey& key, const StoredPlan& plan) override;
   KnowledgeCounts& counts() override { return counts_; }
 
   // The tuner for OptimizeOptions::tuner; it lives as long as this object.

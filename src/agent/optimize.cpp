@@ -7,6 +7,7 @@
 #include <chrono>
 #include <nlohmann/json.hpp>
 
+#include "agent/task_key.h"
 #include "passes/pipeline.h"
 #include "ref/executor.h"
 
@@ -45,6 +46,13 @@ class Loop {
   // Re-verifies a stored final config (numerics, one timing) and makes it current; false (with the reason
   // noted) when it does not build, verify or name rewrites the loop does not have.
   bool reuse_plan(const StoredPlan& stored, double baseline_seconds);
+  // The rewrites a stored config names, resolved against the loop's starting config; an error names the one
+  // this run does not have.
+  Result<PlanConfig> stored_config(const StoredPlan& stored, bool with_schedules) const;
+  // A near plan (same structure, other sizes) as the prior: built, verified and A/B'd once against the current
+  // Plan; when its numerics pass and it is not slower it becomes current and the opportunities it decided are
+  // not tried again. False (the attempt recorded with its outcome) otherwise: the loop then decides one by one.
+  bool try_near_plan(const StoredPlan& near);
   void finish_knowledge();
   // The final summary, config, graph and Plan into the result; the plan recorded in the knowledge base.
   Result<OptimizeResult> finish();
@@ -58,6 +66,10 @@ class Loop {
   int64_t reduction_length_ = 1;
   Deployed current_;
   OptimizeResult result_;
+  std::vector<std::string> kept_;     // opportunities in force in current_ (a near plan's included)
+  std::vector<std::string> decided_;  // opportunities decided in this run (or by its near plan)
+  std::optional<StoredPlan> prior_;   // the near plan in force
+  KnowledgeCounts counts_at_start_;   // the knowledge base may have served earlier buckets
 };
 
 Result<Deployed> Loop::deploy(const PlanConfig& config) {
@@ -101,12 +113,21 @@ void Loop::attempt(const Opportunity& opportunity) {
   if (options_.knowledge) {
     if (auto known = options_.knowledge->known_outcome(options_.model_key, result_.device.name, opportunity.name)) {
       result_.knowledge_reuse.push_back(*known);
+      decided_.push_back(opportunity.name);
       return finish("skipped", "knowledge base: " + known->what);
     }
+  }
+  if (prior_ && opportunity.name != "tune-kernels" &&
+      std::count(prior_->decided.begin(), prior_->decided.end(), opportunity.name)) {
+    const bool in_force = std::count(prior_->kept.begin(), prior_->kept.end(), opportunity.name) > 0;
+    decided_.push_back(opportunity.name);
+    return finish("skipped", fmt::format("knowledge base: decided by near plan {} ({}): {}", prior_->id,
+                                         prior_->model_key, in_force ? "kept there, in force here" : "not kept there"));
   }
   say(fmt::format("trying {} (score {:.3f} = share {:.1f}% x gain {:.1f}%)", opportunity.name, a.score,
                   opportunity.time_share * 100, opportunity.predicted_gain * 100));
   if (!opportunity.apply) return finish("failed", "the opportunity has nothing to apply");
+  decided_.push_back(opportunity.name);
   auto config = opportunity.apply(current_.config);
   if (!config.ok()) return finish("failed", config.error().message);
   auto candidate = deploy(*config);
@@ -131,6 +152,7 @@ void Loop::attempt(const Opportunity& opportunity) {
   result_.waterfall.push_back({opportunity.name, opportunity_level_name(opportunity.level), after, before - after});
   result_.deployed_capture = result_.deployed_capture && candidate->captured;
   current_ = std::move(candidate).value();
+  kept_.push_back(opportunity.name);
   finish("kept", ab->summary);
 }
 
@@ -142,17 +164,9 @@ bool Loop::reuse_plan(const StoredPlan& stored, double baseline_seconds) {
     say(result_.plan_reuse_note);
     return false;
   };
-  PlanConfig config = options_.baseline;
-  config.disabled_passes = stored.disabled_passes;
-  config.schedules = stored.schedules;
-  config.rewrites.clear();
-  for (const std::string& name : stored.rewrites) {
-    auto it = std::find_if(options_.baseline.rewrites.begin(), options_.baseline.rewrites.end(),
-                           [&](const GraphRewrite& r) { return r.name == name; });
-    if (it == options_.baseline.rewrites.end()) return reject("it names rewrite '" + name + "', which this run does not have");
-    config.rewrites.push_back(*it);
-  }
-  auto candidate = deploy(config);
+  auto config = stored_config(stored, true);
+  if (!config.ok()) return reject(config.error().message);
+  auto candidate = deploy(*config);
   if (!candidate.ok()) return reject("plan: " + candidate.error().message);
   NumericsVerdict verdict =
       judge_numerics(reference_, candidate->outputs, result_.baseline_errors, options_.numerics, reduction_length_);
@@ -188,6 +202,93 @@ bool Loop::reuse_plan(const StoredPlan& stored, double baseline_seconds) {
   return true;
 }
 
+Result<PlanConfig> Loop::stored_config(const StoredPlan& stored, bool with_schedules) const {
+  PlanConfig config = options_.baseline;
+  config.disabled_passes = stored.disabled_passes;
+  if (with_schedules) config.schedules = stored.schedules;
+  config.rewrites.clear();
+  for (const std::string& name : stored.rewrites) {
+    auto it = std::find_if(options_.baseline.rewrites.begin(), options_.baseline.rewrites.end(),
+                           [&](const GraphRewrite& r) { return r.name == name; });
+    if (it == options_.baseline.rewrites.end()) {
+      return make_error(ErrorCode::unsupported, "it names rewrite '" + name + "', which this run does not have");
+    }
+    config.rewrites.push_back(*it);
+  }
+  return config;
+}
+
+bool Loop::try_near_plan(const StoredPlan& near) {
+  AttemptRecord a;
+  a.opportunity = "near-plan";
+  a.level = OpportunityLevel::model;
+  std::string kept;
+  for (const std::string& k : near.kept) kept += (kept.empty() ? "" : ", ") + k;
+  const std::string from = fmt::format("near plan {} (decided for {} in run {}; kept: {}; {} opportunities decided)",
+                                       near.id, near.model_key, near.run_id, kept.empty() ? "nothing" : kept,
+                                       near.decided.size());
+  auto finish = [&](std::string outcome, std::string reason) {
+    a.outcome = std::move(outcome);
+    a.reason = from + ": " + reason;
+    a.elapsed_seconds = elapsed();
+    say(fmt::format("near-plan: {} ({})", a.outcome, a.reason));
+    options_.knowledge->record(options_.model_key, result_.device.name, a);
+    result_.attempts.push_back(a);
+    result_.knowledge_reuse.push_back({"near-plan", a.outcome + ": " + a.reason});
+    if (a.kept) {
+      ++options_.knowledge->counts().near_plan_hits;
+      result_.near_plan = near.id + " (" + near.model_key + ", run " + near.run_id + ")";
+    } else {
+      ++options_.knowledge->counts().near_plan_rejected;
+    }
+    return a.kept;
+  };
+  // Its schedules are by kernel hash at its own sizes: the tuner decides this run's kernels from the recipes.
+  auto config = stored_config(near, false);
+  if (!config.ok()) return finish("failed", config.error().message + "; deciding one by one");
+  say("trying " + from);
+  const bool same_passes = config->disabled_passes == current_.config.disabled_passes;
+  const bool same_rewrites =
+      config->rewrites.size() == current_.config.rewrites.size() &&
+      std::equal(config->rewrites.begin(), config->rewrites.end(), current_.config.rewrites.begin(),
+                 [](const GraphRewrite& x, const GraphRewrite& y) { return x.name == y.name; });
+  if (same_passes && same_rewrites) {
+    // It kept nothing over this run's starting point: nothing to build or A/B; its decisions hold.
+    a.kept = true;
+    prior_ = near;
+    return finish("kept", "the same config as this run's start, nothing to A/B; its decisions are taken");
+  }
+  auto candidate = deploy(*config);
+  if (!candidate.ok()) return finish("failed", "plan: " + candidate.error().message + "; deciding one by one");
+  NumericsVerdict verdict =
+      judge_numerics(reference_, candidate->outputs, result_.baseline_errors, options_.numerics, reduction_length_);
+  a.errors = verdict.outputs;
+  if (!verdict.ok) return finish("numerics", verdict.reason + "; deciding one by one");
+  auto ab = ab_compare(backend_, current_.replay, candidate->replay, options_.ab);
+  if (!ab.ok()) return finish("failed", "A/B: " + ab.error().message + "; deciding one by one");
+  a.current_seconds = ab->a.median;
+  a.candidate_seconds = ab->b.median;
+  a.ratio = ab->ratio.median;
+  a.ratio_ci_low = ab->ratio.ci_low;
+  a.ratio_ci_high = ab->ratio.ci_high;
+  // The prior already won its A/B at its own sizes; here it is kept unless it is slower: beyond noise, or with
+  // its median below the tie band. (A new guess must win beyond noise; a tie would re-decide everything on a
+  // loaded machine, which is what the prior is there to avoid.)
+  const bool slower = ab->b_loses || ab->ratio.median < 1.0 - options_.ab.tie_threshold;
+  if (slower) return finish(ab->b_loses ? "slower" : "no win", ab->summary + ": not faster here; deciding one by one");
+  const double before = result_.waterfall.back().seconds;
+  const double after = before / ab->ratio.median;
+  const std::string label = "knowledge base: near plan" + (kept.empty() ? std::string() : " (" + kept + ")");
+  result_.waterfall.push_back({label, "model", after, before - after});
+  result_.deployed_capture = result_.deployed_capture && candidate->captured;
+  current_ = std::move(candidate).value();
+  a.kept = true;
+  prior_ = near;
+  kept_.insert(kept_.end(), near.kept.begin(), near.kept.end());
+  return finish("kept", "numerics within policy, " + ab->summary +
+                           (ab->b_wins ? "" : " (not slower: the prior's decisions are taken)"));
+}
+
 void Loop::finish_knowledge() {
   if (!options_.knowledge) return;
   if (!result_.plan_reused) {
@@ -195,11 +296,19 @@ void Loop::finish_knowledge() {
     p.disabled_passes = result_.final_config.disabled_passes;
     p.schedules = result_.final_config.schedules;
     for (const GraphRewrite& r : result_.final_config.rewrites) p.rewrites.push_back(r.name);
-    for (size_t i = 1; i < result_.waterfall.size(); ++i) p.kept.push_back(result_.waterfall[i].label);
+    p.kept = kept_;
+    p.decided = decided_;
+    if (prior_) {
+      // What the near plan decided holds here too (the opportunities it covered were not tried again).
+      for (const std::string& d : prior_->decided) {
+        if (!std::count(p.decided.begin(), p.decided.end(), d)) p.decided.push_back(d);
+      }
+      p.prior = result_.near_plan;
+    }
     p.seconds = result_.final_seconds();
-    options_.knowledge->record_plan(options_.model_key, p);
+    options_.knowledge->record_plan({options_.model_key, plan_structure_hash(model_), graph_input_types(model_)}, p);
   }
-  result_.knowledge_counts = options_.knowledge->counts();
+  result_.knowledge_counts = options_.knowledge->counts().since(counts_at_start_);
 }
 
 Opportunity Loop::tuning_opportunity(const profile::PlanProfile& profile) {
@@ -213,7 +322,8 @@ Opportunity Loop::tuning_opportunity(const profile::PlanProfile& profile) {
   std::vector<size_t> steps;
   for (const auto& h : hot) steps.push_back(h.second);
   o.apply = [this, steps](const PlanConfig& config) -> Result<PlanConfig> {
-    TuneRequest request{*current_.plan, backend_, steps, config.schedules};
+    TuneRequest request{*current_.plan, backend_, steps, config.schedules,
+                        std::max(0.0, options_.budget_seconds - elapsed())};
     KILN_ASSIGN_OR_RETURN(auto winners, options_.tuner(request));
     if (winners.empty()) return make_error(ErrorCode::unsupported, "the tuner found nothing better than the defaults");
     PlanConfig c = config;
@@ -224,6 +334,7 @@ Opportunity Loop::tuning_opportunity(const profile::PlanProfile& profile) {
 }
 
 Result<OptimizeResult> Loop::run() {
+  if (options_.knowledge) counts_at_start_ = options_.knowledge->counts();
   result_.model_key = options_.model_key;
   result_.device = backend_.device();
   result_.budget_seconds = options_.budget_seconds;
@@ -260,6 +371,16 @@ Result<OptimizeResult> Loop::run() {
     } else {
       result_.plan_reuse_note = why_not;
       say("knowledge base: " + why_not);
+    }
+    // No plan for these sizes: the plan of the same structure at the nearest other sizes is the prior.
+    if (!result_.plan_reused) {
+      std::string no_near;
+      const PlanKey key{options_.model_key, plan_structure_hash(model_), graph_input_types(model_)};
+      if (auto near = options_.knowledge->near_plan(key, &no_near)) {
+        try_near_plan(*near);
+      } else {
+        say("knowledge base: " + no_near);
+      }
     }
   }
 
@@ -321,6 +442,23 @@ Result<OptimizeResult> Loop::finish() {
 }
 
 }  // namespace
+
+static_assert(sizeof(KnowledgeCounts) == 14 * sizeof(int), "KnowledgeCounts::since must subtract every count");
+
+KnowledgeCounts KnowledgeCounts::since(const KnowledgeCounts& b) const {
+  KnowledgeCounts d = *this;
+  for (auto [field, before] : {std::pair{&d.plan_hits, b.plan_hits}, {&d.plan_misses, b.plan_misses},
+                               {&d.plan_rejected, b.plan_rejected}, {&d.near_plan_hits, b.near_plan_hits},
+                               {&d.near_plan_rejected, b.near_plan_rejected}, {&d.exact_hits, b.exact_hits},
+                               {&d.near_hits, b.near_hits}, {&d.cold_tasks, b.cold_tasks},
+                               {&d.tasks_undecided, b.tasks_undecided}, {&d.tune_candidates, b.tune_candidates},
+                               {&d.lessons_applied, b.lessons_applied}, {&d.recipes_recorded, b.recipes_recorded},
+                               {&d.lessons_recorded, b.lessons_recorded},
+                               {&d.decisions_recorded, b.decisions_recorded}}) {
+    *field -= before;
+  }
+  return d;
+}
 
 Result<OptimizeResult> optimize(const Graph& model, const std::map<std::string, Tensor>& inputs,
                                 backend::Backend& backend, const OptimizeOptions& options) {

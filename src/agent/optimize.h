@@ -14,6 +14,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,7 @@ struct TuneRequest {
   backend::Backend& backend;
   std::vector<size_t> kernel_steps;
   const std::map<std::string, kernel::Schedule>& current;
+  double budget_seconds = 1e300;  // what the loop's budget has left; the tuner spends at most this
 };
 using Tuner = std::function<Result<std::map<std::string, kernel::Schedule>>(const TuneRequest& request)>;
 
@@ -86,6 +88,7 @@ struct OptimizeResult {
   KnowledgeCounts knowledge_counts;  // the run's own counts (copied from the knowledge adapter at the end)
   bool plan_reused = false;          // the final config is a stored plan, re-verified, not re-decided
   std::string plan_reuse_note;       // why a stored plan was or was not reused
+  std::string near_plan;             // the near plan used as the prior: "recipe (model, run)"; empty: none
   std::shared_ptr<backend::Plan> final_plan;  // the Plan as built and verified (saved as the plan artifact)
   double budget_seconds = 0;
   double elapsed_seconds = 0;

@@ -220,13 +220,20 @@ std::string section_knowledge(const json& report) {
   const json& kb = report["knowledge_base"];
   if (!kb["connected"].get<bool>()) return s + "<p class=\"note\">No knowledge base in this run (--no-kb).</p>";
   s += "<p>" + escape(kb["plan_note"].get<std::string>()) + "</p>";
+  if (kb.contains("near_plan") && !kb["near_plan"].get<std::string>().empty()) {
+    s += "<p>Near plan used as the prior: " + escape(kb["near_plan"].get<std::string>()) + "</p>";
+  }
   s += "<table><tr><th>what</th><th>count</th></tr>";
   const std::vector<std::pair<const char*, const char*>> rows = {
       {"plan_hits", "stored plan re-verified and used"},
       {"plan_rejected", "stored plan not used (other fingerprint, failed re-verification)"},
-      {"exact_hits", "kernel recipes re-verified and used without tuning"},
-      {"near_hits", "kernel searches seeded from a recipe at other shapes"},
+      {"near_plan_hits", "near plan (same model structure, other sizes) verified, A/B'd and used as the prior"},
+      {"near_plan_rejected", "near plan not used (numerics, not faster, unknown rewrites)"},
+      {"exact_hits", "kernel recipes used without tuning (re-verified unless the default schedule)"},
+      {"near_hits", "kernel tasks decided from a recipe at other shapes"},
       {"cold_tasks", "kernel tasks tuned from scratch"},
+      {"tasks_undecided", "kernel tasks the tuner's budget did not reach (default schedule)"},
+      {"tune_candidates", "schedules the tuner compiled"},
       {"lessons_applied", "rewrites skipped: a lesson says they regress here"},
       {"recipes_recorded", "recipes recorded"},
       {"lessons_recorded", "lessons recorded"},

@@ -80,7 +80,7 @@ TEST(AgentKbReuse, SecondRunReusesTheStoredPlan) {
     EXPECT_FALSE(first->plan_reused);
     EXPECT_EQ(first->knowledge_counts.plan_misses, 1);
     EXPECT_GE(first->knowledge_counts.decisions_recorded, 1);
-    EXPECT_EQ(first->knowledge_counts.recipes_recorded, 1);  // the plan (no tuner here)
+    EXPECT_EQ(first->knowledge_counts.recipes_recorded, 2);  // the plan under its spec and its structure (no tuner)
     ASSERT_TRUE(k->finish(true).ok());
   }
   auto k = open_kb(path, here());
@@ -210,7 +210,7 @@ TEST(AgentKbReuse, TunerRecordsRecipesThenReusesExactAndSeedsNear) {
   agent::KbKnowledgeOptions ko;
   ko.tune_budget_seconds = 20;
   ko.max_candidates = 3;
-  ko.seeded_candidates = 2;
+  ko.seeded_neighbours = 1;
   ko.tune.jobs = 2;
   auto run = [&](const Graph& model, const std::string& key) {
     auto k = open_kb(path, here(), ko);
