@@ -24,6 +24,32 @@ int64_t local_buffer_bytes(const Kernel& k, const Schedule& s) {
   return bytes;
 }
 
+// Whether every row cache (optional stage) costs less to recompute at each read than to keep on the CPU: a
+// few loads, conversions, adds and multiplies (the f32 cast of a bf16 row, x - mean). Keeping such a row
+// writes and re-reads an f32 buffer twice the size of a bf16 row (48 KiB for SwiGLU's 12288 columns, the
+// whole L1), while the re-read comes from L1 anyway. Transcendentals (softmax's exp) stay cached.
+bool row_caches_are_cheap(const Kernel& k) {
+  bool any = false;
+  for (const Stage& st : k.stages) {
+    if (!st.optional) continue;
+    any = true;
+    std::vector<int> todo = {st.expr};
+    int nodes = 0;
+    while (!todo.empty()) {
+      const Expr& e = k.exprs[static_cast<size_t>(todo.back())];
+      todo.pop_back();
+      if (++nodes > 8) return false;
+      const bool arithmetic = e.kind == ExprKind::unary || e.kind == ExprKind::binary;
+      if (arithmetic && !(e.op == Op::neg || e.op == Op::abs || e.op == Op::add || e.op == Op::sub || e.op == Op::mul)) {
+        return false;
+      }
+      if (e.kind == ExprKind::read_stage && e.inline_fallback >= 0) todo.push_back(e.inline_fallback);  // recomputed too
+      for (int o : e.operands) todo.push_back(o);
+    }
+  }
+  return any;
+}
+
 }  // namespace
 
 const char* target_name(Target target) { return target == Target::cpu ? "cpu" : "cuda"; }
@@ -159,6 +185,7 @@ Schedule default_schedule(const Kernel& k, Target target, int cores) {
   s.threads = k.rows * row >= 32768 ? std::max(1, cores) : 1;
   s.rows_per_task = std::clamp<int64_t>(16384 / row, 1, std::max<int64_t>(1, k.rows / std::max(1, s.threads)));
   s.vector_width = row >= 16 ? 16 : 1;
+  s.cache_row = !row_caches_are_cheap(k);
   return s;
 }
 

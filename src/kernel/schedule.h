@@ -6,7 +6,8 @@
 //   threads_per_row  CUDA: threads cooperating on one row (a warp or a block); CPU: must be 1
 //   vector_width     elements per vector step of the innermost loop (CPU: `omp simd simdlen`; 1: no pragma)
 //   cache_row        keep values read several times in a row-local buffer (registers / shared memory on
-//                    CUDA) instead of recomputing them from memory
+//                    CUDA) instead of recomputing them from memory (CPU default: off when recomputing is a
+//                    few loads, conversions and adds)
 //   unroll           unroll factor of the innermost loop
 #pragma once
 

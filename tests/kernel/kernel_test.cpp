@@ -1,14 +1,17 @@
 // Kernel IR, schedules and the emitter: index simplification, lowering (and its errors), schedule JSON and
-// can_implement, the harness ABI entry point verified by the harness, and the CUDA dialect compiling (nvcc,
-// no GPU needed).
+// can_implement, the harness ABI entry point verified by the harness, the CPU dialect's reductions, roundings
+// and prefetches, and the CUDA dialect compiling (nvcc, no GPU needed).
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
 #include <fmt/format.h>
 
+#include "harness/kernel_abi.h"
 #include "harness/verify.h"
 #include "kernel/emit.h"
 #include "kernel/kernel_ir.h"
@@ -217,6 +220,146 @@ TEST(KernelEmit, Bf16SumsOfBf16ValuesRoundInF32) {
     const harness::CandidateOutcome o = harness::evaluate_candidate(*task, *source, co);
     EXPECT_EQ(o.cls, harness::OutcomeClass::passed) << o.evidence.summary << "\n" << o.evidence.compiler_log;
   }
+}
+
+// ---- the CPU dialect ----
+
+Graph unary_graph_for_test() {
+  Graph g;
+  const ValueId x = *g.add_input("x", {DType::bf16, {40, 96}}, Binding::per_call);
+  const ValueId y = (*g.add_node(Op::gelu, {x}, {{"approximate", std::string("tanh")}}, {"y"}))[0];
+  KILN_CHECK(g.add_output("y", y).ok());
+  return g;
+}
+
+const std::vector<std::string> kCandidateFlags = {"-O2", "-std=c++17", "-fopenmp-simd", "-shared", "-fPIC", "-Wl,-z,defs"};
+
+// The graph's one fused kernel, emitted at its default CPU schedule, verified by the harness (normal and wide
+// inputs, two calls per trial) against the reference; returns the source for checks of its form.
+std::string verified_cpu_source(const Graph& g) {
+  auto fk = fused_kernel(g);
+  EXPECT_TRUE(fk.ok()) << (fk.ok() ? "" : fk.error().message);
+  if (!fk.ok()) return "";
+  auto source = emit_harness_candidate(fk->second, default_schedule(fk->second, Target::cpu, 1));
+  EXPECT_TRUE(source.ok());
+  auto task = kernel_task(fk->first, fk->second);
+  EXPECT_TRUE(task.ok());
+  if (!source.ok() || !task.ok()) return "";
+  harness::CompileOptions co;
+  co.flags = kCandidateFlags;
+  const harness::CandidateOutcome o = harness::evaluate_candidate(*task, *source, co);
+  EXPECT_EQ(o.cls, harness::OutcomeClass::passed) << o.evidence.summary << "\n" << o.evidence.compiler_log << "\n" << *source;
+  return *source;
+}
+
+size_t count_of(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+Graph reduce_graph(Op op, DType dtype, const Shape& shape, std::vector<int64_t> axes) {
+  Graph g;
+  const ValueId x = *g.add_input("x", {dtype, shape}, Binding::per_call);
+  const ValueId y = (*g.add_node(op, {x}, {{"axes", std::move(axes)}, {"keepdims", int64_t{1}}}, {"y"}))[0];
+  KILN_CHECK(g.add_output("y", y).ok());
+  return g;
+}
+
+// Reductions accumulate in 64 lanes (blocks of 64 elements and a shorter last block) summed as a tree, not
+// with `omp simd reduction`: every kind, row lengths around the block size, and a reduction over two trailing
+// axes (the lanes carry across the outer reduced loop).
+TEST(KernelEmit, CpuLaneReductionsMatchTheReference) {
+  for (Op op : {Op::reduce_sum, Op::reduce_mean, Op::reduce_max, Op::reduce_amax}) {
+    for (DType dtype : {DType::f32, DType::bf16}) {
+      for (int64_t n : {17, 63, 64, 65, 200}) {  // rows under 16 get no simd (default_schedule)
+        SCOPED_TRACE(fmt::format("{} {} n={}", op_name(op), dtype_name(dtype), n));
+        const std::string source = verified_cpu_source(reduce_graph(op, dtype, {3, n}, {-1}));
+        EXPECT_NE(source.find("kiln_part"), std::string::npos);
+        EXPECT_EQ(source.find("reduction("), std::string::npos);
+      }
+      SCOPED_TRACE(fmt::format("{} {} [3, 5, 70] over (1, 2)", op_name(op), dtype_name(dtype)));
+      verified_cpu_source(reduce_graph(op, dtype, {3, 5, 70}, {1, 2}));
+    }
+  }
+}
+
+// A NaN anywhere in a row (a full block or the last one) makes its max and amax NaN; other rows are exact.
+TEST(KernelEmit, CpuLaneMaxPropagatesNaN) {
+  for (Op op : {Op::reduce_max, Op::reduce_amax}) {
+    auto fk = fused_kernel(reduce_graph(op, DType::f32, {3, 130}, {-1}));
+    ASSERT_TRUE(fk.ok()) << fk.error().message;
+    auto source = emit_harness_candidate(fk->second, default_schedule(fk->second, Target::cpu, 1));
+    ASSERT_TRUE(source.ok());
+    harness::CompileOptions co;
+    co.flags = kCandidateFlags;
+    const std::string dir = harness::make_scratch_dir("", "lane-max");
+    const harness::CompiledCandidate built = harness::compile_candidate(*source, dir, co);
+    ASSERT_EQ(built.outcome.cls, harness::OutcomeClass::compiled) << built.outcome.evidence.compiler_log;
+    void* lib = dlopen(built.library_path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    ASSERT_NE(lib, nullptr) << dlerror();
+    using KernelFn = int (*)(const kiln_tensor*, int, kiln_tensor*, int);
+    auto fn = reinterpret_cast<KernelFn>(dlsym(lib, "kiln_kernel"));
+    ASSERT_NE(fn, nullptr);
+    std::vector<float> x(3 * 130), y(3, 0.0f);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = -1000.0f + static_cast<float>((i * 37) % 101);
+    x[130 + 70] = NAN;   // row 1: in the second full block of 64
+    x[260 + 129] = NAN;  // row 2: in the last, 2-element block
+    const int64_t in_shape[2] = {3, 130}, out_shape[2] = {3, 1};
+    kiln_tensor in{x.data(), in_shape, 2, KILN_F32}, out{y.data(), out_shape, 2, KILN_F32};
+    ASSERT_EQ(fn(&in, 1, &out, 1), 0);
+    float expected = -INFINITY;
+    for (int j = 0; j < 130; ++j) expected = std::max(expected, op == Op::reduce_amax ? std::fabs(x[j]) : x[j]);
+    EXPECT_EQ(y[0], expected) << op_name(op);
+    EXPECT_TRUE(std::isnan(y[1])) << op_name(op);
+    EXPECT_TRUE(std::isnan(y[2])) << op_name(op);
+    dlclose(lib);
+    std::filesystem::remove_all(dir);
+  }
+}
+
+// bf16 outputs: the store converts the unrounded value (one rounding, not two), and products inside the
+// expression stay f32 (a modulated layernorm rounds once per element, not three times). When the value also
+// reaches an f32 output, the products are rounded as the reference rounds them: the f32 output would see it.
+TEST(KernelEmit, CpuRoundsBf16OnceWhereOnlyBf16OutputsSeeIt) {
+  const std::string bf16_out = verified_cpu_source(layernorm_modulate_graph(DType::bf16, 7, 33));
+  EXPECT_EQ(count_of(bf16_out.substr(bf16_out.find("// kernel")), "kiln_round_bf16("), 0u) << bf16_out;
+  Graph g = layernorm_modulate_graph(DType::bf16, 7, 33);
+  const ValueId y = g.outputs()[0].value;
+  const ValueId yf = (*g.add_node(Op::cast, {y}, {{"to", std::string("f32")}}, {"yf"}))[0];
+  ASSERT_TRUE(g.add_output("yf", yf).ok());
+  const std::string f32_out = verified_cpu_source(g);
+  EXPECT_GE(count_of(f32_out.substr(f32_out.find("// kernel")), "kiln_round_bf16("), 2u) << f32_out;
+}
+
+// A kernel with several passes over a row prefetches the next rows of its row-major inputs before the last
+// pass (not the broadcast weight); a one-pass kernel relies on the hardware prefetcher.
+TEST(KernelEmit, CpuPrefetchesTheNextRowBeforeTheLastPass) {
+  Graph g;
+  const ValueId x = *g.add_input("x", {DType::bf16, {40, 96}}, Binding::per_call);
+  const ValueId w = *g.add_input("w", {DType::bf16, {96}}, Binding::per_call);
+  const ValueId y = (*g.add_node(Op::rmsnorm, {x, w}, {}, {"y"}))[0];
+  ASSERT_TRUE(g.add_output("y", y).ok());
+  const std::string norm = verified_cpu_source(g);
+  EXPECT_EQ(count_of(norm, "__builtin_prefetch("), 1u) << norm;
+  EXPECT_NE(norm.find("(const char*)in0 + (r + 11) * 192LL"), std::string::npos) << norm;  // 2 KiB ahead
+  EXPECT_EQ(count_of(verified_cpu_source(unary_graph_for_test()), "__builtin_prefetch("), 0u);
+}
+
+// Row caches that are cheap to recompute (the f32 cast of a bf16 row, x - mean) are re-read by default on the
+// CPU; one holding exp (softmax) stays cached.
+TEST(KernelSchedule, CpuDefaultRecomputesCheapRowCaches) {
+  auto ln = fused_kernel(layernorm_modulate_graph(DType::bf16, 64, 3072));
+  ASSERT_TRUE(ln.ok());
+  EXPECT_FALSE(default_schedule(ln->second, Target::cpu, 1).cache_row);
+  EXPECT_TRUE(default_schedule(ln->second, Target::cuda, 132).cache_row);
+  Graph g;
+  const ValueId x = *g.add_input("x", {DType::bf16, {64, 3072}}, Binding::per_call);
+  const ValueId y = (*g.add_node(Op::softmax, {x}, {}, {"y"}))[0];
+  ASSERT_TRUE(g.add_output("y", y).ok());
+  auto sm = fused_kernel(g);
+  ASSERT_TRUE(sm.ok()) << sm.error().message;
+  EXPECT_TRUE(default_schedule(sm->second, Target::cpu, 1).cache_row) << kernel_to_text(sm->second);
 }
 
 // The CUDA dialect emits source nvcc accepts, for every fused group of a FLUX block (fp8 included). No GPU

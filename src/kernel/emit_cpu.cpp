@@ -1,0 +1,206 @@
+#include "kernel/emit_cpu.h"
+
+#include <set>
+
+namespace kiln::kernel {
+namespace {
+
+// Largest errors against the exact function, in f32 ulps (subnormal spacing below the normal range), as
+// CpuMath.SweepAgainstDoubleLibm measures them over every 16th f32: exp 1.0, tanh 1.5, sigmoid 2.3, silu 3.3,
+// gelu (tanh) 3.0, gelu (erf) 3.6. NaN propagates; exp overflows to inf and underflows gradually to 0; the
+// others take the reference's values at +-inf (sigmoid 0/1, silu and gelu -inf -> NaN like -inf * 0).
+//
+// Selects are bit masks, not ?: : a ?: with a constant arm lets GCC split the loop body into paths, and under
+// -ftrapping-math (the default) a path holding floating-point operations is not if-converted, so the loop
+// stays scalar. Polynomials: near-minimax (mpmath chebyfit), coefficients rounded to f32.
+const char* kSource = R"(// ---- f32 transcendentals (kernel/emit_cpu.cpp): branch-free, so loops over them vectorize ----
+KILN_FN uint32_t kiln_select_bits(int c, uint32_t a, uint32_t b) {  // c ? a : b
+  const uint32_t m = 0u - (uint32_t)(c != 0);
+  return (a & m) | (b & ~m);
+}
+KILN_FN float kiln_select(int c, float a, float b) { return kiln_as_float(kiln_select_bits(c, kiln_as_uint(a), kiln_as_uint(b))); }
+KILN_FN double kiln_select_d(int c, double a, double b) {
+  const uint64_t m = 0ull - (uint64_t)(c != 0);
+  return kiln_as_double((kiln_as_u64(a) & m) | (kiln_as_u64(b) & ~m));
+}
+// e^x = ps1 * s2 with ps1 = e^r 2^h (exact: r = x - n ln2, |r| <= ln2/2, h = n/2, both powers normal) and
+// s2 = 2^(n-h), or 0 below the flush point; so m e^x = (m * ps1) * s2 rounds once more than e^x, and only
+// its last product rounds into subnormals.
+struct kiln_exp_parts { float ps1, s2; };
+KILN_FN float kiln_expm1_poly(float r) {  // e^r - 1 for |r| <= ln2/2, relatively accurate near 0
+  float c = 0x1.a12a34p-13f;
+  c = c * r + 0x1.6d4910p-10f;
+  c = c * r + 0x1.1110e0p-7f;
+  c = c * r + 0x1.5554e4p-5f;
+  c = c * r + 0x1.555556p-3f;
+  c = c * r + 0x1p-1f;
+  return r + r * r * c;
+}
+KILN_FN float kiln_pow2i(int32_t n) { return kiln_as_float((uint32_t)(n + 127) << 23); }  // n in [-126, 127]
+KILN_FN kiln_exp_parts kiln_exp_parts_of(float r, int32_t n, int flush) {
+  const int32_t h = n >> 1;
+  const kiln_exp_parts e = {(1.0f + kiln_expm1_poly(r)) * kiln_pow2i(h),
+                            kiln_as_float(kiln_select_bits(flush, 0u, kiln_as_uint(kiln_pow2i(n - h))))};
+  return e;
+}
+// x in [-160, 89]: n = round(x / ln2) by the 1.5 * 2^23 shifter, r by Cody-Waite (n * ln2_hi is exact).
+KILN_FN kiln_exp_parts kiln_exp_reduce(float x, int flush) {
+  const float t = x * 0x1.715476p+0f + 0x1.8p23f;
+  const float kn = t - 0x1.8p23f;
+  const float r = (x - kn * 0x1.62e4p-1f) - kn * 0x1.7f7d1cp-20f;
+  return kiln_exp_parts_of(r, (int32_t)(kiln_as_uint(t) - 0x4b400000u), flush);
+}
+// x is clamped to [-160, 89], beyond which e^x is 0 or inf; NaN passes. _neg: for x <= 0 (or NaN).
+KILN_FN kiln_exp_parts kiln_exp_split(float x) {
+  const int flush = x < -160.0f;
+  return kiln_exp_reduce(kiln_select(flush, -160.0f, kiln_select(x > 89.0f, 89.0f, x)), flush);
+}
+KILN_FN kiln_exp_parts kiln_exp_split_neg(float x) {
+  const int flush = x < -160.0f;
+  return kiln_exp_reduce(kiln_select(flush, -160.0f, x), flush);
+}
+// The same for a double x <= 0 whose rounding to f32 would cost accuracy (gelu: e^z multiplies the
+// relative error of z by |z|): the reduction runs in double, the polynomial in f32.
+KILN_FN kiln_exp_parts kiln_exp_split_d(double x) {
+  const int flush = x < -160.0;
+  const double xc = kiln_select_d(flush, -160.0, x);
+  const double t = xc * 0x1.71547652b82fep+0 + 0x1.8p52;
+  const double kn = t - 0x1.8p52;
+  return kiln_exp_parts_of((float)(xc - kn * 0x1.62e42fefa39efp-1), (int32_t)(uint32_t)kiln_as_u64(t), flush);
+}
+KILN_FN float kiln_exp_times(kiln_exp_parts e, float m) { return (m * e.ps1) * e.s2; }  // m e^x
+KILN_FN float kiln_exp(float x) { return kiln_exp_times(kiln_exp_split(x), 1.0f); }
+// tanh x: x + x^3 P(x^2) for |x| < 0.625, else t / (t + 2) with t = e^(2|x|) - 1 >= 2.49; |x| >= 9.5 rounds
+// to 1.
+KILN_FN float kiln_tanh(float x) {
+  const float ax = kiln_as_float(kiln_as_uint(x) & 0x7fffffffu);
+  const float y = 2.0f * kiln_select(ax > 9.5f, 9.5f, ax);
+  const float t = y * 0x1.715476p+0f + 0x1.8p23f;
+  const float kn = t - 0x1.8p23f;
+  const float r = (y - kn * 0x1.62e4p-1f) - kn * 0x1.7f7d1cp-20f;
+  const float s = kiln_pow2i((int32_t)(kiln_as_uint(t) - 0x4b400000u));
+  const float em1 = s * kiln_expm1_poly(r) + (s - 1.0f);
+  const float x2 = ax * ax;
+  float p = 0x1.2c83c0p-9f;
+  p = p * x2 - 0x1.116a16p-7f;
+  p = p * x2 + 0x1.64a976p-6f;
+  p = p * x2 - 0x1.ba08c4p-5f;
+  p = p * x2 + 0x1.1110eap-3f;
+  p = p * x2 - 0x1.555556p-2f;
+  const float th = kiln_select(ax < 0.625f, ax + ax * x2 * p, em1 / (em1 + 2.0f));
+  return kiln_as_float(kiln_as_uint(th) | (kiln_as_uint(x) & 0x80000000u));
+}
+// m * sigmoid(z) = m / (1 + e^-z), for z < 0 as m e^z / (1 + e^z) (m e^z rounded once, so that x sigmoid(x)
+// stays accurate where it is tiny). e: the parts of e^-|z|.
+KILN_FN float kiln_sigmoid_times_parts(kiln_exp_parts e, int negative, float m) {
+  return kiln_select(negative, kiln_exp_times(e, m), m) / (1.0f + e.ps1 * e.s2);
+}
+KILN_FN float kiln_sigmoid_times(float z, float m) {
+  return kiln_sigmoid_times_parts(kiln_exp_split_neg(kiln_as_float(kiln_as_uint(z) | 0x80000000u)), z < 0.0f, m);
+}
+KILN_FN float kiln_sigmoid(float x) { return kiln_sigmoid_times(x, 1.0f); }
+KILN_FN float kiln_silu(float x) { return kiln_sigmoid_times(x, x); }
+// 0.5 x (1 + tanh(z / 2)) = x sigmoid(z), z = 2 sqrt(2/pi) (x + 0.044715 x^3) in double.
+KILN_FN float kiln_gelu_tanh(float x) {
+  const double xd = x;
+  const double z = xd * (1.5957691216057308 + 0.071354816272600407 * (xd * xd));
+  return kiln_sigmoid_times_parts(kiln_exp_split_d(kiln_as_double(kiln_as_u64(z) | 0x8000000000000000ull)), z < 0.0, x);
+}
+// x Phi(x), Phi(x) = erfc(-x / sqrt2) / 2. With u = |x| / sqrt2: erfc(u) = e^(-u^2) F(t) / (1 + 2u), F a
+// polynomial in t = 2u / (u + 2) (fitted for u <= 13; beyond, e^(-u^2) flushes to 0). u^2 = x^2 / 2 is
+// exact in double, and the product is formed there and rounded once.
+KILN_FN float kiln_gelu_erf(float x) {
+  const double ud = (double)kiln_as_float(kiln_as_uint(x) & 0x7fffffffu) * 0.70710678118654752;
+  const float u = (float)kiln_select_d(ud > 13.0, 13.0, ud);
+  const float t = (u + u) / (u + 2.0f);
+  float f = 0x1.6d85a2p-14f;
+  f = f * t - 0x1.964b24p-11f;
+  f = f * t + 0x1.4e97e0p-9f;
+  f = f * t - 0x1.00d32cp-8f;
+  f = f * t + 0x1.43837ap-8f;
+  f = f * t - 0x1.084eb6p-7f;
+  f = f * t - 0x1.56ebf2p-7f;
+  f = f * t + 0x1.0e209ap-5f;
+  f = f * t + 0x1.ac01dcp-3f;
+  f = f * t - 0x1.a4546cp-1f;
+  f = f * t + 0x1.be4520p-1f;
+  f = f * t + 1.0f;
+  const double e = -ud * ud;
+  const kiln_exp_parts p = kiln_exp_split_d(e);
+  const float tail = (float)((0.5 * (double)x) * (double)f * (double)p.ps1 / (1.0 + 2.0 * ud) * (double)p.s2);  // x erfc(u) / 2
+  return kiln_select(kiln_as_uint(x) >> 31, tail, x - kiln_select(e < -160.0, 0.0f, tail));  // -0: tail = -0
+}
+)";
+
+bool mentions(const IndexExpr& e, int var) {
+  for (const IndexTerm& t : e.terms) {
+    if (t.atom.kind == IndexAtom::Kind::var && t.atom.var == var) return true;
+    if (t.atom.inner && mentions(*t.atom.inner, var)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::string_view cpu_math_source() { return kSource; }
+
+std::vector<bool> coarse_outputs_only(const Kernel& k) {
+  const size_t n = k.stages.size();
+  std::vector<std::set<int>> reads(n);
+  for (size_t j = 0; j < n; ++j) {
+    std::vector<int> todo = {k.stages[j].expr};
+    std::set<int> seen;
+    while (!todo.empty()) {
+      const int id = todo.back();
+      todo.pop_back();
+      if (!seen.insert(id).second) continue;
+      const Expr& e = k.exprs[static_cast<size_t>(id)];
+      if (e.kind == ExprKind::read_stage) {
+        reads[j].insert(e.stage);
+        if (e.inline_fallback >= 0) todo.push_back(e.inline_fallback);
+      }
+      for (int o : e.operands) todo.push_back(o);
+    }
+  }
+  std::vector<bool> coarse(n, false);
+  for (size_t i = n; i-- > 0;) {
+    const Stage& s = k.stages[i];
+    const DType d = s.type.dtype;
+    bool ok = s.output < 0 || d == DType::bf16 || d == DType::f8e4m3 || d == DType::f8e5m2;
+    for (size_t j = i + 1; j < n && ok; ++j) {
+      if (reads[j].count(static_cast<int>(i))) ok = !k.stages[j].reduce && coarse[j];
+    }
+    coarse[i] = ok;
+  }
+  return coarse;
+}
+
+std::vector<int64_t> row_block_bytes(const Kernel& k) {
+  std::vector<int64_t> out(k.inputs.size(), 0);
+  std::vector<int64_t> row_stride(k.row_shape.size(), 1);
+  for (size_t a = k.row_shape.size(); a-- > 1;) row_stride[a - 1] = row_stride[a] * k.row_shape[a];
+  for (size_t p = 0; p < k.inputs.size(); ++p) {
+    const int64_t numel = shape_numel(k.inputs[p].type.shape);
+    if (k.rows < 2 || numel % k.rows != 0) continue;
+    const int64_t per_row = numel / k.rows;
+    bool ok = true, loaded = false;
+    for (const Expr& e : k.exprs) {
+      if (e.kind != ExprKind::load || e.param != static_cast<int>(p)) continue;
+      loaded = true;
+      for (size_t a = 0; a < k.row_shape.size() && ok; ++a) {
+        const int rv = k.row_vars[a];
+        if (rv < 0) continue;
+        int64_t coefficient = 0;
+        for (const IndexTerm& t : e.offset.terms) {
+          if (t.atom.kind == IndexAtom::Kind::var && t.atom.var == rv) coefficient += t.coefficient;
+          if (t.atom.inner && mentions(*t.atom.inner, rv)) ok = false;
+        }
+        ok = ok && coefficient == per_row * row_stride[a];
+      }
+    }
+    if (ok && loaded) out[p] = per_row * static_cast<int64_t>(dtype_size(k.inputs[p].type.dtype));
+  }
+  return out;
+}
+
+}  // namespace kiln::kernel
