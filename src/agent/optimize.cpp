@@ -50,8 +50,9 @@ class Loop {
   // this run does not have.
   Result<PlanConfig> stored_config(const StoredPlan& stored, bool with_schedules) const;
   // A near plan (same structure, other sizes) as the prior: built, verified and A/B'd once against the current
-  // Plan; when its numerics pass and it is not slower it becomes current and the opportunities it decided are
-  // not tried again. False (the attempt recorded with its outcome) otherwise: the loop then decides one by one.
+  // Plan; when its numerics pass and it is faster it becomes current and the opportunities it decided are not
+  // tried again. False (the attempt recorded with its outcome) otherwise, a prior that kept nothing included:
+  // the loop then decides one by one.
   bool try_near_plan(const StoredPlan& near);
   void finish_knowledge();
   // The final summary, config, graph and Plan into the result; the plan recorded in the knowledge base.
@@ -253,10 +254,10 @@ bool Loop::try_near_plan(const StoredPlan& near) {
       std::equal(config->rewrites.begin(), config->rewrites.end(), current_.config.rewrites.begin(),
                  [](const GraphRewrite& x, const GraphRewrite& y) { return x.name == y.name; });
   if (same_passes && same_rewrites) {
-    // It kept nothing over this run's starting point: nothing to build or A/B; its decisions hold.
-    a.kept = true;
-    prior_ = near;
-    return finish("kept", "the same config as this run's start, nothing to A/B; its decisions are taken");
+    // It kept nothing over this run's start: it cannot be faster here, and its "no win"s at its own sizes are
+    // the weakest evidence there is (often within noise), so every opportunity is tried at these sizes.
+    return finish("no win", "it kept nothing over this run's starting config, so it cannot be faster here; "
+                            "deciding one by one");
   }
   auto candidate = deploy(*config);
   if (!candidate.ok()) return finish("failed", "plan: " + candidate.error().message + "; deciding one by one");
@@ -271,11 +272,10 @@ bool Loop::try_near_plan(const StoredPlan& near) {
   a.ratio = ab->ratio.median;
   a.ratio_ci_low = ab->ratio.ci_low;
   a.ratio_ci_high = ab->ratio.ci_high;
-  // The prior already won its A/B at its own sizes; here it is kept unless it is slower: beyond noise, or with
-  // its median below the tie band. (A new guess must win beyond noise; a tie would re-decide everything on a
-  // loaded machine, which is what the prior is there to avoid.)
-  const bool slower = ab->b_loses || ab->ratio.median < 1.0 - options_.ab.tie_threshold;
-  if (slower) return finish(ab->b_loses ? "slower" : "no win", ab->summary + ": not faster here; deciding one by one");
+  // Faster beyond noise, or by its median: the prior already won beyond noise at its own sizes, and asking that
+  // again here would re-decide everything whenever the machine is loaded.
+  const bool faster = ab->b_wins || (!ab->b_loses && ab->ratio.median > 1.0);
+  if (!faster) return finish(ab->b_loses ? "slower" : "no win", ab->summary + ": not faster here; deciding one by one");
   const double before = result_.waterfall.back().seconds;
   const double after = before / ab->ratio.median;
   const std::string label = "knowledge base: near plan" + (kept.empty() ? std::string() : " (" + kept + ")");
@@ -286,7 +286,7 @@ bool Loop::try_near_plan(const StoredPlan& near) {
   prior_ = near;
   kept_.insert(kept_.end(), near.kept.begin(), near.kept.end());
   return finish("kept", "numerics within policy, " + ab->summary +
-                           (ab->b_wins ? "" : " (not slower: the prior's decisions are taken)"));
+                           (ab->b_wins ? "" : " (faster by its median: the prior's decisions are taken)"));
 }
 
 void Loop::finish_knowledge() {

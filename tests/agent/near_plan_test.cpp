@@ -1,7 +1,7 @@
 // Convergence across sizes with the knowledge base (agent/kb_knowledge.h) on the CPU: a run on a model after a
 // run on the same structure at another size takes that plan as its prior (verified, A/B'd once, then the
-// opportunities it decided are not tried again); a prior that fails numerics, is slower or names a rewrite the
-// run lacks is dropped and every opportunity is decided one by one; a workload's second bucket converges from its
+// opportunities it decided are not tried again); a prior that fails numerics, is slower, kept nothing or names
+// a rewrite the run lacks is dropped and every opportunity is decided one by one; a workload's second bucket converges from its
 // first; the tuner decides each task once (exact and near recipes that kept their default cost no compile, a
 // non-default seed is timed against the default once), its budget caps what it starts, and tasks whose every
 // candidate fails are reported.
@@ -242,6 +242,28 @@ TEST(AgentNearPlan, ANearPlanThatFailsNumericsIsDroppedAndTheSearchRuns) {
   auto stored = plan_recipe(path, "zoo:mlp:tiny=1,rows=256");
   ASSERT_TRUE(stored.has_value());
   EXPECT_EQ(stored->implementation.value("prior", std::string("?")), "");
+}
+
+// A prior that kept nothing is this run's starting config: it cannot be faster, so it is not taken and every
+// opportunity is tried (its "no win"s at its own sizes decide nothing here).
+TEST(AgentNearPlan, ANearPlanThatKeptNothingIsNotTakenAndTheSearchRuns) {
+  const std::string path = fresh_kb("nothing");
+  agent::OptimizeOptions options = quick_options("zoo:mlp:tiny=1,rows=256");
+  plant_near_plan(path, options.baseline, {});
+  auto r = run_once(path, testing::mlp_block_graph(256), options);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->knowledge_counts.near_plan_hits, 0);
+  EXPECT_EQ(r->knowledge_counts.near_plan_rejected, 1);
+  const agent::AttemptRecord* near = find_attempt(*r, "near-plan");
+  ASSERT_NE(near, nullptr);
+  EXPECT_EQ(near->outcome, "no win") << near->reason;
+  EXPECT_EQ(near->ratio, 0);  // nothing was built or A/B'd
+  EXPECT_NE(near->reason.find("kept nothing"), std::string::npos) << near->reason;
+  for (const std::string& pass : agent::fusion_pass_names()) {
+    const agent::AttemptRecord* a = find_attempt(*r, pass);
+    ASSERT_NE(a, nullptr) << pass;
+    EXPECT_NE(a->outcome, "skipped") << pass << ": " << a->reason;
+  }
 }
 
 // The baseline repeats its GEMMs and drops them again; the prior keeps only the repeats: far slower.
