@@ -50,9 +50,9 @@ class Loop {
   // this run does not have.
   Result<PlanConfig> stored_config(const StoredPlan& stored, bool with_schedules) const;
   // A near plan (same structure, other sizes) as the prior: built, verified and A/B'd once against the current
-  // Plan; when its numerics pass and it is faster it becomes current and the opportunities it decided are not
-  // tried again. False (the attempt recorded with its outcome) otherwise, a prior that kept nothing included:
-  // the loop then decides one by one.
+  // Plan; when its numerics pass and it is not slower it becomes current and the opportunities it decided are
+  // not tried again (a prior that kept nothing is taken without a build or an A/B). False (the attempt recorded
+  // with its outcome) otherwise: the loop then decides one by one.
   bool try_near_plan(const StoredPlan& near);
   void finish_knowledge();
   // The final summary, config, graph and Plan into the result; the plan recorded in the knowledge base.
@@ -254,10 +254,12 @@ bool Loop::try_near_plan(const StoredPlan& near) {
       std::equal(config->rewrites.begin(), config->rewrites.end(), current_.config.rewrites.begin(),
                  [](const GraphRewrite& x, const GraphRewrite& y) { return x.name == y.name; });
   if (same_passes && same_rewrites) {
-    // It kept nothing over this run's start: it cannot be faster here, and its "no win"s at its own sizes are
-    // the weakest evidence there is (often within noise), so every opportunity is tried at these sizes.
-    return finish("no win", "it kept nothing over this run's starting config, so it cannot be faster here; "
-                            "deciding one by one");
+    // It kept nothing over this run's start: it changes nothing that could be slower here and there is nothing
+    // to A/B, so its decisions (every opportunity left off) are taken as they are.
+    a.kept = true;
+    prior_ = near;
+    return finish("kept", "it kept nothing over this run's starting config, nothing to build or A/B; its decisions "
+                          "are taken");
   }
   auto candidate = deploy(*config);
   if (!candidate.ok()) return finish("failed", "plan: " + candidate.error().message + "; deciding one by one");
@@ -272,10 +274,11 @@ bool Loop::try_near_plan(const StoredPlan& near) {
   a.ratio = ab->ratio.median;
   a.ratio_ci_low = ab->ratio.ci_low;
   a.ratio_ci_high = ab->ratio.ci_high;
-  // Faster beyond noise, or by its median: the prior already won beyond noise at its own sizes, and asking that
-  // again here would re-decide everything whenever the machine is loaded.
-  const bool faster = ab->b_wins || (!ab->b_loses && ab->ratio.median > 1.0);
-  if (!faster) return finish(ab->b_loses ? "slower" : "no win", ab->summary + ": not faster here; deciding one by one");
+  // Taken unless it is slower here: beyond noise, or with its median below the tie band. It already won beyond
+  // noise at its own sizes; a tie here is no evidence against it, and re-deciding on a tie would make this run
+  // a cold one whenever the machine is loaded (a new guess, by contrast, must win beyond noise).
+  const bool slower = ab->b_loses || ab->ratio.median < 1.0 - options_.ab.tie_threshold;
+  if (slower) return finish(ab->b_loses ? "slower" : "no win", ab->summary + ": slower here; deciding one by one");
   const double before = result_.waterfall.back().seconds;
   const double after = before / ab->ratio.median;
   const std::string label = "knowledge base: near plan" + (kept.empty() ? std::string() : " (" + kept + ")");
@@ -286,7 +289,7 @@ bool Loop::try_near_plan(const StoredPlan& near) {
   prior_ = near;
   kept_.insert(kept_.end(), near.kept.begin(), near.kept.end());
   return finish("kept", "numerics within policy, " + ab->summary +
-                           (ab->b_wins ? "" : " (faster by its median: the prior's decisions are taken)"));
+                           (ab->b_wins ? "" : " (a tie: the prior's decisions are taken)"));
 }
 
 void Loop::finish_knowledge() {

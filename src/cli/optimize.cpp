@@ -93,11 +93,11 @@ void print_bucket(const std::string& name, const agent::OptimizeResult& r) {
              r.plan_reused ? " (stored plan re-verified)" : "");
   for (const agent::AttemptRecord& a : r.attempts) fmt::print("  {:<16} {:<8} {}\n", a.opportunity, a.outcome, a.reason);
   const agent::KnowledgeCounts& c = r.knowledge_counts;
-  const std::string plan = c.plan_hits        ? "reused"
+  const std::string plan = c.plan_hits        ? "plan reused"
                            : c.near_plan_hits ? "near plan " + r.near_plan + " as the prior"
-                           : c.plan_rejected  ? "rejected"
-                                              : "decided";
-  fmt::print("  knowledge base: plan {}, {} exact / {} near recipe hits, {} cold tasks, {} undecided, {} candidates "
+                           : c.plan_rejected  ? "plan rejected"
+                                              : "plan decided";
+  fmt::print("  knowledge base: {}, {} exact / {} near recipe hits, {} cold tasks, {} undecided, {} candidates "
              "compiled, {} lessons applied\n",
              plan, c.exact_hits, c.near_hits, c.cold_tasks, c.tasks_undecided, c.tune_candidates, c.lessons_applied);
 }

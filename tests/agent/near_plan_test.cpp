@@ -1,7 +1,8 @@
 // Convergence across sizes with the knowledge base (agent/kb_knowledge.h) on the CPU: a run on a model after a
 // run on the same structure at another size takes that plan as its prior (verified, A/B'd once, then the
-// opportunities it decided are not tried again); a prior that fails numerics, is slower, kept nothing or names
-// a rewrite the run lacks is dropped and every opportunity is decided one by one; a workload's second bucket converges from its
+// opportunities it decided are not tried again; one that kept nothing is taken without an A/B); a prior that
+// fails numerics, is slower or names a rewrite the run lacks is dropped and every opportunity is decided one by
+// one; a workload's second bucket converges from its
 // first; the tuner decides each task once (exact and near recipes that kept their default cost no compile, a
 // non-default seed is timed against the default once), its budget caps what it starts, and tasks whose every
 // candidate fails are reported.
@@ -147,7 +148,7 @@ TEST(AgentNearPlan, ARunAtAnotherSizeTakesTheNearPlanAsItsPrior) {
   const agent::AttemptRecord* near = find_attempt(*second, "near-plan");
   ASSERT_NE(near, nullptr);
   EXPECT_EQ(near->outcome, "kept") << near->reason;
-  EXPECT_GT(near->ratio_ci_low, 1.0) << near->reason;  // A/B'd once against the (slowed) baseline
+  EXPECT_GT(near->ratio, 1.5) << near->reason;  // A/B'd once against the (slowed) baseline: its median
   EXPECT_NE(near->reason.find("zoo:mlp:tiny=1,rows=512"), std::string::npos) << near->reason;
   EXPECT_NE(second->near_plan.find("zoo:mlp:tiny=1,rows=512"), std::string::npos) << second->near_plan;
   // Every opportunity the first run decided is taken from it: none is A/B'd again.
@@ -244,26 +245,27 @@ TEST(AgentNearPlan, ANearPlanThatFailsNumericsIsDroppedAndTheSearchRuns) {
   EXPECT_EQ(stored->implementation.value("prior", std::string("?")), "");
 }
 
-// A prior that kept nothing is this run's starting config: it cannot be faster, so it is not taken and every
-// opportunity is tried (its "no win"s at its own sizes decide nothing here).
-TEST(AgentNearPlan, ANearPlanThatKeptNothingIsNotTakenAndTheSearchRuns) {
+// A prior that kept nothing is this run's starting config: taken without a build or an A/B, and the
+// opportunities it decided are not tried one by one.
+TEST(AgentNearPlan, ANearPlanThatKeptNothingIsTakenWithoutAnAB) {
   const std::string path = fresh_kb("nothing");
   agent::OptimizeOptions options = quick_options("zoo:mlp:tiny=1,rows=256");
   plant_near_plan(path, options.baseline, {});
   auto r = run_once(path, testing::mlp_block_graph(256), options);
   ASSERT_TRUE(r.ok()) << r.error().message;
-  EXPECT_EQ(r->knowledge_counts.near_plan_hits, 0);
-  EXPECT_EQ(r->knowledge_counts.near_plan_rejected, 1);
+  EXPECT_EQ(r->knowledge_counts.near_plan_hits, 1);
   const agent::AttemptRecord* near = find_attempt(*r, "near-plan");
   ASSERT_NE(near, nullptr);
-  EXPECT_EQ(near->outcome, "no win") << near->reason;
+  EXPECT_EQ(near->outcome, "kept") << near->reason;
   EXPECT_EQ(near->ratio, 0);  // nothing was built or A/B'd
-  EXPECT_NE(near->reason.find("kept nothing"), std::string::npos) << near->reason;
+  EXPECT_EQ(ab_decided(*r), 0);
   for (const std::string& pass : agent::fusion_pass_names()) {
     const agent::AttemptRecord* a = find_attempt(*r, pass);
     ASSERT_NE(a, nullptr) << pass;
-    EXPECT_NE(a->outcome, "skipped") << pass << ": " << a->reason;
+    EXPECT_EQ(a->outcome, "skipped") << pass << ": " << a->reason;
   }
+  EXPECT_EQ(r->final_config.disabled_passes, options.baseline.disabled_passes);
+  ASSERT_EQ(r->waterfall.size(), 1u);
 }
 
 // The baseline repeats its GEMMs and drops them again; the prior keeps only the repeats: far slower.
@@ -279,8 +281,10 @@ TEST(AgentNearPlan, ANearPlanSlowerThanTheBaselineIsDroppedAndTheSearchRuns) {
   EXPECT_EQ(r->knowledge_counts.near_plan_rejected, 1);
   const agent::AttemptRecord* near = find_attempt(*r, "near-plan");
   ASSERT_NE(near, nullptr);
-  EXPECT_EQ(near->outcome, "slower") << near->reason;
-  EXPECT_LT(near->ratio_ci_high, 1.0) << near->reason;
+  // Slower beyond noise, or (4 rounds on a loaded machine) at least with its median below the tie band.
+  EXPECT_TRUE(near->outcome == "slower" || near->outcome == "no win") << near->reason;
+  EXPECT_LT(near->ratio, 0.9) << near->reason;
+  EXPECT_FALSE(near->kept);
   for (const std::string& pass : agent::fusion_pass_names()) {
     const agent::AttemptRecord* a = find_attempt(*r, pass);
     ASSERT_NE(a, nullptr) << pass;
