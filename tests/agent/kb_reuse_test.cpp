@@ -147,7 +147,9 @@ TEST(AgentKbReuse, ARegressingRewriteIsSkippedNextTimeUnlessForced) {
     ASSERT_NE(a, nullptr);
     EXPECT_EQ(a->outcome, "skipped");
     EXPECT_NE(a->reason.find("regressed"), std::string::npos) << a->reason;
-    EXPECT_EQ(r->knowledge_counts.lessons_applied, 1);
+    // The planted one at least: a fusion pass that measured slower in the first run (merge-gemms often does on
+    // this CPU) is skipped by its lesson too.
+    EXPECT_GE(r->knowledge_counts.lessons_applied, 1);
   }
   agent::KbKnowledgeOptions forced;
   forced.force = true;
