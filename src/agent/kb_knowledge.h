@@ -32,7 +32,7 @@ struct KbKnowledgeOptions {
   bool force = false;              // retry rewrites that lessons say regress; ignore stored plans
   double tune_budget_seconds = 60;  // the tuner's share of the run, over all its tasks
   int max_candidates = 8;          // per cold task (the default included)
-  int seeded_neighbours = 1;       // seeded task whose seed is not the default: schedules one field from it, timed too
+  int seeded_neighbours = 1;       // a seed that is not the default is timed with this many schedules around it
   tune::TuneOptions tune = tune::default_tune_options();
 };
 

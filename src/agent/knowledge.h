@@ -6,7 +6,7 @@
 //     later run with the same key re-verifies it (numerics and one timing) instead of re-deciding everything;
 //   - a near plan: with no plan for this exact model, the plan of the same model structure at other sizes
 //     (another token count) on this fingerprint is the prior: built, verified and A/B'd once against the
-//     baseline; when it wins, the opportunities it decided are not tried one by one again;
+//     baseline; unless it is slower here, the opportunities it decided are not tried one by one again;
 //   - counts of what was reused, for the report's reuse section (the tuner adapter adds its recipe hits).
 #pragma once
 
@@ -34,9 +34,9 @@ struct KnowledgeCounts {
   int plan_misses = 0;      // no stored config for this model, bucket and fingerprint
   int plan_rejected = 0;    // a stored config found but not used (another fingerprint, failed re-verification)
   int near_plan_hits = 0;      // a near plan (same structure, other sizes) verified, A/B'd and used as the prior
-  int near_plan_rejected = 0;  // a near plan found but not used (numerics, not faster, unknown rewrites)
-  int exact_hits = 0;       // kernel recipes re-verified and used without tuning
-  int near_hits = 0;        // kernel tasks whose search was seeded from a recipe at other shapes
+  int near_plan_rejected = 0;  // a near plan found but not used (numerics, slower, unknown rewrites)
+  int exact_hits = 0;       // kernel recipes used without tuning (re-verified unless the default schedule)
+  int near_hits = 0;        // kernel tasks decided from a recipe at other shapes (kept default, or seed timed)
   int cold_tasks = 0;       // kernel tasks tuned with no recipe
   int tasks_undecided = 0;  // kernel tasks the tuner's budget ran out before (their default schedule stays)
   int tune_candidates = 0;  // schedules the tuner compiled (re-verifications of recipes included)

@@ -2,7 +2,9 @@
 //   1. baseline: the naive lowering (baseline_config: every op its own kernel or library call), verified
 //      against the reference executor, timed end to end as deployed (Backend::capture);
 //   2. profile it per step (src/profile);
-//   3. rank the opportunities (opportunities.h);
+//   3. rank the opportunities (opportunities.h); with a knowledge base, first a stored plan for this model
+//      (re-verified, then used as it is) or a near plan for its structure at other sizes (the prior: verified and
+//      A/B'd once; unless it is slower, the opportunities it decided are not tried again);
 //   4. for each in order, model-level first: apply, build the Plan (generate; tune for the kernel level),
 //      verify the whole model against the reference (numerics_gate.h) and A/B it against the current Plan
 //      (ab_gate.h); keep it only if it passes numerics and wins beyond noise, else drop it with the reason;
