@@ -108,8 +108,8 @@ KILN_FN float kiln_gelu_tanh(float x) {
   return kiln_sigmoid_times_parts(kiln_exp_split_d(kiln_as_double(kiln_as_u64(z) | 0x8000000000000000ull)), z < 0.0, x);
 }
 // x Phi(x), Phi(x) = erfc(-x / sqrt2) / 2. With u = |x| / sqrt2: erfc(u) = e^(-u^2) F(t) / (1 + 2u), F a
-// polynomial in t = 2u / (u + 2) (fitted for u <= 13; beyond, e^(-u^2) flushes to 0). u^2 = x^2 / 2 is
-// exact in double, and the product is formed there and rounded once.
+// polynomial in t = 2u / (u + 2) (fitted for u <= 13; beyond, e^(-u^2) flushes to 0). u^2 is formed and
+// reduced in double (as gelu tanh's exponent), and so is the product, rounded once.
 KILN_FN float kiln_gelu_erf(float x) {
   const double ud = (double)kiln_as_float(kiln_as_uint(x) & 0x7fffffffu) * 0.70710678118654752;
   const float u = (float)kiln_select_d(ud > 13.0, 13.0, ud);
