@@ -414,11 +414,8 @@ class CudaBackend final : public backend::Backend {
     // writes both through strides, so neither costs a transpose.
     bool tm[4];
     for (int i = 0; i < 4; ++i) tm[i] = ops::attention_token_major(attrs, i);
-    auto head_major = [](const Shape& s, bool token_major) {
-      return token_major ? Shape{s[0], s[2], s[1], s[3]} : s;
-    };
-    const Shape q = head_major(in[0].type.shape, tm[0]);
-    const Shape k = head_major(in[1].type.shape, tm[1]);
+    const Shape q = ops::attention_head_major_shape(in[0].type.shape, tm[0]);
+    const Shape k = ops::attention_head_major_shape(in[1].type.shape, tm[1]);
     AttentionDesc desc{.batch = q[0], .heads = q[1], .kv_heads = k[1], .q_tokens = q[2], .kv_tokens = k[2], .head_dim = q[3],
                        .dtype = in[0].type.dtype, .causal = attrs.get_int("causal", 0) != 0,
                        .scale = attrs.get_float("scale", 0.0)};

@@ -198,17 +198,14 @@ std::vector<float> swap_axes_1_2(const std::vector<float>& v, const Shape& s) {
   return out;
 }
 
-// The head-major [b, h, s, d] shape of an attention operand stored in either layout.
-Shape head_major_shape(const Shape& s, bool token_major) { return token_major ? Shape{s[0], s[2], s[1], s[3]} : s; }
-
 }  // namespace
 
 Status run_attention(const Attrs& attrs, std::span<const DeviceTensor> in, const DeviceTensor& out) {
   bool tm[4];
   for (int i = 0; i < 4; ++i) tm[i] = ops::attention_token_major(attrs, i);
-  const Shape qs = head_major_shape(in[0].type.shape, tm[0]);
-  const Shape ks = head_major_shape(in[1].type.shape, tm[1]);
-  const Shape vs = head_major_shape(in[2].type.shape, tm[2]);
+  const Shape qs = ops::attention_head_major_shape(in[0].type.shape, tm[0]);
+  const Shape ks = ops::attention_head_major_shape(in[1].type.shape, tm[1]);
+  const Shape vs = ops::attention_head_major_shape(in[2].type.shape, tm[2]);
   const int64_t batch = qs[0], hq = qs[1], sq = qs[2], d = qs[3], hkv = ks[1], sk = ks[2], dv = vs[3];
   const float scale = static_cast<float>(attrs.get_float("scale", 1.0 / std::sqrt(static_cast<double>(d))));
   const bool causal = attrs.get_int("causal", 0) != 0;

@@ -36,11 +36,6 @@ Result<bool> token_major(const Attrs& attrs, int operand) {
   return layout == "bshd";
 }
 
-// [b, s, h, d] <-> [b, h, s, d]: the same swap both ways.
-Shape swap_heads_and_tokens(Shape s) {
-  std::swap(s[1], s[2]);
-  return s;
-}
 
 Result<std::vector<TensorType>> infer_attention(const OpCall& call) {
   const char* names[] = {"q", "k", "v"};
@@ -56,7 +51,7 @@ Result<std::vector<TensorType>> infer_attention(const OpCall& call) {
   for (int i = 0; i < 3; ++i) {
     KILN_ASSIGN_OR_RETURN(const bool tm, token_major(call.attrs, i));
     logical[i] = call.inputs[i];
-    if (tm) logical[i].shape = swap_heads_and_tokens(logical[i].shape);
+    logical[i].shape = ops::attention_head_major_shape(logical[i].shape, tm);
   }
   KILN_ASSIGN_OR_RETURN(const bool out_token_major, token_major(call.attrs, 3));
   const TensorType& q = logical[0];
@@ -100,14 +95,15 @@ Result<std::vector<TensorType>> infer_attention(const OpCall& call) {
     return ops::attr_error("attribute 'causal' of attention must be 0 or 1, got " + std::to_string(causal));
   }
   const Shape out{batch, hq, sq, v.shape[3]};
-  return std::vector<TensorType>{{q.dtype, out_token_major ? swap_heads_and_tokens(out) : out}};
+  // The swap is its own inverse: the same helper turns the head-major output into its token-major shape.
+  return std::vector<TensorType>{{q.dtype, ops::attention_head_major_shape(out, out_token_major)}};
 }
 
 // GEMM flops of the attended (query, key) pairs: 2*D for q k^T and 2*Dv for p v per pair. A mask is data, so
 // only causal masking reduces the count; the softmax is not counted.
 OpCost cost_attention(const OpCall& call, std::span<const TensorType> outputs) {
-  const Shape q = *token_major(call.attrs, 0) ? swap_heads_and_tokens(call.inputs[0].shape) : call.inputs[0].shape;
-  const Shape v = *token_major(call.attrs, 2) ? swap_heads_and_tokens(call.inputs[2].shape) : call.inputs[2].shape;
+  const Shape q = ops::attention_head_major_shape(call.inputs[0].shape, *token_major(call.attrs, 0));
+  const Shape v = ops::attention_head_major_shape(call.inputs[2].shape, *token_major(call.attrs, 2));
   const int64_t sq = q[2], sk = v[2];
   double pairs_per_head = static_cast<double>(sq) * static_cast<double>(sk);
   if (call.attrs.get_int("causal", 0) != 0) {
@@ -196,9 +192,9 @@ Status reference_attention(const RefCall& call) {
   const Tensor& k = *call.inputs[1];
   const Tensor& v = *call.inputs[2];
   Tensor& out = call.outputs[0];
-  const Shape qs = tm[0] ? swap_heads_and_tokens(q.shape()) : q.shape();
-  const Shape ks = tm[1] ? swap_heads_and_tokens(k.shape()) : k.shape();
-  const Shape vs = tm[2] ? swap_heads_and_tokens(v.shape()) : v.shape();
+  const Shape qs = ops::attention_head_major_shape(q.shape(), tm[0]);
+  const Shape ks = ops::attention_head_major_shape(k.shape(), tm[1]);
+  const Shape vs = ops::attention_head_major_shape(v.shape(), tm[2]);
   const int64_t batch = qs[0], hq = qs[1], sq = qs[2], d = qs[3];
   const int64_t hkv = ks[1], sk = ks[2], dv = vs[3];
   const bool causal = call.attrs.get_int("causal", 0) != 0;

@@ -82,6 +82,10 @@ namespace kiln::ops {
 // token-major [batch, seq, heads, dim] ("bshd") rather than head-major [batch, heads, seq, dim] ("bhsd").
 // Inference has validated the attributes; an invalid value reads as head-major.
 bool attention_token_major(const Attrs& attrs, int operand);
+// An attention operand's shape in head-major order [b, h, s, d], from its shape as stored in either layout.
+inline Shape attention_head_major_shape(const Shape& s, bool token_major) {
+  return token_major ? Shape{s[0], s[2], s[1], s[3]} : s;
+}
 }  // namespace kiln::ops
 
 namespace kiln::ops {
