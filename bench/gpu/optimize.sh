@@ -23,10 +23,20 @@ export LD_LIBRARY_PATH="/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PAT
 
 echo "== PyTorch peer (eager, torch.compile default)"
 [ -f "$root/.peer/torch_flux_block.py" ] || { echo "no .peer/torch_flux_block.py: carry .peer"; exit 1; }
-# The script prints its JSON after each compile mode; 240 s covers eager + the default mode.
-timeout 240 python3 "$root/.peer/torch_flux_block.py" > "$out/torch_flux_block.log" 2>&1
-peer_json="$(grep '^{' "$out/torch_flux_block.log" | tail -1)"
-[ -n "$peer_json" ] || { tail -20 "$out/torch_flux_block.log"; exit 1; }
+# The script prints its figures as one JSON line after each compile mode (and inductor prints other JSON lines
+# while it autotunes): the peer is stopped once the line with the default mode's figures is there.
+python3 "$root/.peer/torch_flux_block.py" > "$out/torch_flux_block.log" 2>&1 &
+peer_pid=$!
+peer_json=""
+for _ in $(seq 300); do
+  peer_json="$(grep '"compile\[default\]_wall_s"' "$out/torch_flux_block.log" | tail -1)"
+  [ -n "$peer_json" ] && break
+  kill -0 "$peer_pid" 2> /dev/null || break
+  sleep 1
+done
+kill "$peer_pid" 2> /dev/null
+wait "$peer_pid" 2> /dev/null
+[ -n "$peer_json" ] || { echo "the peer printed no default-mode figures:"; tail -20 "$out/torch_flux_block.log"; exit 1; }
 echo "$peer_json" > "$out/torch_flux_block.json"
 peers=($(python3 - "$block" <<PY
 import json, sys

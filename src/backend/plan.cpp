@@ -173,21 +173,10 @@ Result<std::unique_ptr<Plan>> Plan::build(Backend& backend, const Graph& graph, 
       ++plan->summary_.constants;
       continue;
     }
-    if (members.size() == 1 && is_library_op(first.op)) {
-      Status st = backend.supports(first.op, input_types(first), first.attrs);
-      if (!st.ok()) return with_context(st.error(), g.node_label(members[0]));
-      step.kind = Step::Kind::library;
-      step.inputs = first.inputs;
-      step.outputs = first.outputs;
-      for (ValueId v : first.outputs) define(v);
-      steps.push_back(step);
-      ++plan->summary_.library_calls;
-      continue;
-    }
-    auto lowered = kernel::lower_nodes(g, members, fmt::format("k{}", lowered_kernels.size()));
-    if (!lowered.ok()) {
-      if (!options.reference_fallback) return with_context(lowered.error(), step.label);
-      plan->summary_.notes.push_back(step.label + " runs on the reference: " + lowered.error().message);
+    // A group the backend cannot run (a kernel the IR cannot express, a library call at shapes the library
+    // refuses) runs on the reference when the options allow, and is noted.
+    auto run_on_reference = [&](const std::string& why) {
+      plan->summary_.notes.push_back(step.label + " runs on the reference: " + why);
       step.kind = Step::Kind::fallback;
       for (NodeId m : members) {
         for (ValueId v : g.node(m).inputs) {
@@ -200,6 +189,26 @@ Result<std::unique_ptr<Plan>> Plan::build(Backend& backend, const Graph& graph, 
       }
       steps.push_back(step);
       ++plan->summary_.fallbacks;
+    };
+    if (members.size() == 1 && is_library_op(first.op)) {
+      Status st = backend.supports(first.op, input_types(first), first.attrs);
+      if (!st.ok() && st.error().code == ErrorCode::unsupported && options.reference_fallback) {
+        run_on_reference(st.error().message);
+        continue;
+      }
+      if (!st.ok()) return with_context(st.error(), g.node_label(members[0]));
+      step.kind = Step::Kind::library;
+      step.inputs = first.inputs;
+      step.outputs = first.outputs;
+      for (ValueId v : first.outputs) define(v);
+      steps.push_back(step);
+      ++plan->summary_.library_calls;
+      continue;
+    }
+    auto lowered = kernel::lower_nodes(g, members, fmt::format("k{}", lowered_kernels.size()));
+    if (!lowered.ok()) {
+      if (!options.reference_fallback) return with_context(lowered.error(), step.label);
+      run_on_reference(lowered.error().message);
       continue;
     }
     kernel::Kernel k = std::move(lowered).value();

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -324,9 +326,14 @@ class CudaDialect final : public Dialect {
     out += fmt::format("  const int kiln_lane = threadIdx.x;\n  const int64_t kiln_row = (int64_t)blockIdx.x * {} + threadIdx.y;\n"
                        "  const bool kiln_active = kiln_row < {};\n  const int64_t r = kiln_active ? kiln_row : {};\n",
                        by, c.k.rows, std::max<int64_t>(0, c.k.rows - 1));
+    bool any_buffer = false;
     for (size_t i = 0; i < c.k.stages.size(); ++i) {
-      if (c.buffered[i]) out += fmt::format("  __shared__ float s{}[{}][{}];\n", i, by, std::max<int64_t>(1, c.k.stages[i].local_size));
+      if (!c.buffered[i]) continue;
+      any_buffer = true;
+      out += fmt::format("  __shared__ float s{}[{}][{}];\n", i, by,
+                         cuda_row_buffer_floats(std::max<int64_t>(1, c.k.stages[i].local_size), c.s));
     }
+    if (any_buffer) out += buffer_permutation(c.s);
     if (c.any_reduction_exchange && bx > 32) out += fmt::format("  __shared__ float kiln_red[{}][{}];\n", by, bx / 32);
     if (c.s.vector_width > 1) {
       // Vector loads and stores need 16-byte aligned tensors; a view at an odd offset takes the scalar path.
@@ -340,7 +347,16 @@ class CudaDialect final : public Dialect {
   }
   std::string kernel_end(const KernelContext&) const override { return "  }\n}\n"; }
   std::string buffer(int stage, const std::string& offset) const override {
-    return fmt::format("s{}[threadIdx.y][{}]", stage, offset);
+    return fmt::format("s{}[threadIdx.y][kiln_at({})]", stage, offset);
+  }
+  // kiln_at: where element `o` of a row buffer lives (cuda_row_buffer_floats in schedule.h): within each block
+  // of threads_per_row * vec elements, lane * vec + j is stored at j * threads_per_row + lane.
+  static std::string buffer_permutation(const Schedule& s) {
+    const int64_t vec = s.vector_width, tpr = s.threads_per_row;
+    if (vec == 1) return "  auto kiln_at = [](int64_t o) { return o; };\n";
+    const auto log2 = [](int64_t v) { return std::countr_zero(static_cast<uint64_t>(v)); };
+    return fmt::format("  auto kiln_at = [](int64_t o) {{ return (o & ~{0}LL) | ((o & {1}LL) << {2}) | ((o & {0}LL) >> {3}); }};\n",
+                       vec * tpr - 1, vec - 1, log2(tpr), log2(vec));
   }
   std::string loop_open(const std::string& var, int64_t extent, bool spread, const Schedule& s,
                         const std::string&) const override {
@@ -349,7 +365,10 @@ class CudaDialect final : public Dialect {
   }
   std::string reduce_exchange(const std::string& acc, const std::string&, ReduceKind kind, const Schedule& s) const override {
     const std::string combine = kind == ReduceKind::sum || kind == ReduceKind::mean ? "{0} + {1}" : "kiln_maxnan({0}, {1})";
-    std::string out = "for (int kiln_o = 16; kiln_o > 0; kiln_o >>= 1) " + acc + " = " +
+    // Lanes a row's threads span within their warp: all 32, or threads_per_row when rows share a warp (an
+    // xor below threads_per_row stays inside the row's lanes).
+    const int span = std::min(32, s.threads_per_row);
+    std::string out = fmt::format("for (int kiln_o = {}; kiln_o > 0; kiln_o >>= 1) ", span / 2) + acc + " = " +
                       fmt::format(fmt::runtime(combine), acc, "__shfl_xor_sync(0xffffffffu, " + acc + ", kiln_o)") + ";\n";
     if (s.threads_per_row > 32) {
       out += fmt::format("if ((kiln_lane & 31) == 0) kiln_red[threadIdx.y][kiln_lane >> 5] = {};\n__syncthreads();\n", acc);
@@ -413,12 +432,7 @@ class KernelWriter {
       const Stage& s = k_.stages[i];
       if (several_passes && i == written.back()) out += d_.next_row_prefetch(c_);
       out += fmt::format("    {{ // stage {}: %{} {}\n", i, s.name, type_to_string(s.type));
-      if (vectorizable(s)) {
-        out += "      if (kiln_vec_ok) {\n" + write_stage(static_cast<int>(i), true) + "      } else {\n" +
-               write_stage(static_cast<int>(i), false) + "      }\n";
-      } else {
-        out += write_stage(static_cast<int>(i), false);
-      }
+      out += write_branches(static_cast<int>(i), 0);
       out += d_.barrier();
       out += "    }\n";
     }
@@ -430,6 +444,61 @@ class KernelWriter {
   // The expression at the first element of the current vector step (the vector variable at kiln_vb).
   std::string idx_at_vector_base(const IndexExpr& e) const {
     return index_to_c(e, [&](int v) { return v == vec_.var ? std::string("kiln_vb") : var_name(v); });
+  }
+
+  // A select whose condition depends on row variables alone (which concat piece a row is in: the text or the
+  // image tokens of a joint sequence) is one branch per row around the whole stage instead of a choice per
+  // element: each branch reads only its piece, through unclamped (so vectorizable) loads. Elementwise stages
+  // only: a reduction's exchange may hold a barrier, which rows of one block taking different branches could
+  // not all reach. At most three levels (a concat of four pieces).
+  std::string write_branches(int i, int depth) {
+    const Stage& s = k_.stages[i];
+    const int select = depth < 3 && !s.reduce ? row_uniform_select(s.expr) : -1;
+    if (select < 0) {
+      if (!vectorizable(s)) return write_stage(i, false);
+      return "      if (kiln_vec_ok) {\n" + write_stage(i, true) + "      } else {\n" + write_stage(i, false) + "      }\n";
+    }
+    const Expr& e = k_.exprs[select];
+    std::string out = fmt::format("      if (({}) < {}) {{\n", idx(e.condition), e.bound);
+    forced_[select] = true;
+    out += write_branches(i, depth + 1) + "      } else {\n";
+    forced_[select] = false;
+    out += write_branches(i, depth + 1) + "      }\n";
+    forced_.erase(select);
+    return out;
+  }
+  // The first select reachable from `id` (through the branches forced so far) whose condition mentions only
+  // row variables, or -1.
+  int row_uniform_select(int id) const {
+    std::set<int> seen;
+    std::vector<int> todo = {id};
+    while (!todo.empty()) {
+      const int at = todo.back();
+      todo.pop_back();
+      if (at < 0 || !seen.insert(at).second) continue;
+      const Expr& e = k_.exprs[at];
+      if (e.kind == ExprKind::select) {
+        auto f = forced_.find(at);
+        if (f != forced_.end()) {
+          todo.push_back(e.operands[f->second ? 0 : 1]);
+          continue;
+        }
+        if (only_row_vars(e.condition)) return at;
+      }
+      if (e.kind == ExprKind::read_stage && k_.stages[e.stage].optional && !c_.s.cache_row) todo.push_back(e.inline_fallback);
+      for (int o : e.operands) todo.push_back(o);
+    }
+    return -1;
+  }
+  bool only_row_vars(const IndexExpr& e) const {
+    for (const IndexTerm& t : e.terms) {
+      if (t.atom.kind == IndexAtom::Kind::var &&
+          std::find(k_.row_vars.begin(), k_.row_vars.end(), t.atom.var) == k_.row_vars.end()) {
+        return false;
+      }
+      if (t.atom.inner && !only_row_vars(*t.atom.inner)) return false;
+    }
+    return true;
   }
 
   std::string write_stage(int i, bool vector) {
@@ -489,9 +558,10 @@ class KernelWriter {
       case ExprKind::load: {
         const KernelParam& p = k_.inputs[e.param];
         std::string off = idx(e.offset);
-        if (e.guarded) off = fmt::format("kiln_clamp({}, {})", off, std::max<int64_t>(0, shape_numel(p.type.shape) - 1));
+        const bool clamp = clamped(e);
+        if (clamp) off = fmt::format("kiln_clamp({}, {})", off, std::max<int64_t>(0, shape_numel(p.type.shape) - 1));
         std::string ref = fmt::format("in{}[{}]", e.param, off);
-        if (vector_mode_ && vec_.var >= 0 && !e.guarded && contiguous_in(e.offset, vec_.var, c_.s.vector_width)) {
+        if (vector_mode_ && vec_.var >= 0 && !clamp && contiguous_in(e.offset, vec_.var, c_.s.vector_width)) {
           const std::string arr = "kiln_vin" + std::to_string(vec_.arrays++);
           vec_.pre += fmt::format("alignas(16) {} {}[{}];\n", storage_type(p.type.dtype), arr, c_.s.vector_width);
           vec_.pre += vector_copy(arr, fmt::format("in{} + {}", e.param, idx_at_vector_base(e.offset)), p.type.dtype, false);
@@ -515,7 +585,7 @@ class KernelWriter {
           return name;
         }
         std::string off = idx(e.offset);
-        if (e.guarded) off = fmt::format("kiln_clamp({}, {})", off, std::max<int64_t>(0, s.local_size - 1));
+        if (clamped(e)) off = fmt::format("kiln_clamp({}, {})", off, std::max<int64_t>(0, s.local_size - 1));
         v = d_.buffer(e.stage, off);
         break;
       }
@@ -577,7 +647,15 @@ class KernelWriter {
         break;
       }
       case ExprKind::select: {
+        auto f = forced_.find(id);
+        if (f != forced_.end()) {  // decided for the whole row (write_branches)
+          const std::string chosen = operand(f->second ? 0 : 1);
+          memo_[id] = chosen;
+          return chosen;
+        }
+        ++open_selects_;
         const std::string a = operand(0), b = operand(1);
+        --open_selects_;
         v = fmt::format("({}) < {} ? {} : {}", idx(e.condition), e.bound, a, b);
         break;
       }
@@ -636,8 +714,16 @@ class KernelWriter {
     if (var < 0) return;
     if (spread && vector_mode_) {
       const int width = c_.s.vector_width;
-      code_ += indent_ + fmt::format("for (int64_t kiln_vb = (int64_t)kiln_lane * {0}; kiln_vb < {1}; kiln_vb += {2}) {{\n", width,
-                                     s.space[axis], static_cast<int64_t>(width) * c_.s.threads_per_row);
+      const int64_t step = static_cast<int64_t>(width) * c_.s.threads_per_row, extent = s.space[axis];
+      if (extent % step == 0 && extent / step <= 8) {
+        // Every thread takes the same few steps: a loop of constant trip count, unrolled, so a thread's
+        // vector loads are all in flight together rather than one round trip to memory per step.
+        code_ += indent_ + fmt::format("#pragma unroll\n{}for (int64_t kiln_it = 0, kiln_vb = (int64_t)kiln_lane * {}; "
+                                       "kiln_it < {}; ++kiln_it, kiln_vb += {}) {{\n", indent_, width, extent / step, step);
+      } else {
+        code_ += indent_ + fmt::format("for (int64_t kiln_vb = (int64_t)kiln_lane * {0}; kiln_vb < {1}; kiln_vb += {2}) {{\n",
+                                       width, extent, step);
+      }
       indent_ += "  ";
       ++open_loops_;
       code_ += kVectorPrologue;
@@ -862,6 +948,12 @@ class KernelWriter {
   const Dialect& d_;
   std::set<DType>& tables_;
   std::map<int, std::string> memo_;
+  // Selects decided per row (write_branches), and how many undecided selects enclose the expression being
+  // emitted. A guarded load under decided selects only is in range: the lowering guards a concat piece's
+  // loads exactly where the piece is not chosen.
+  std::map<int, bool> forced_;
+  int open_selects_ = 0;
+  bool clamped(const Expr& e) const { return e.guarded && (forced_.empty() || open_selects_ > 0); }
   // The vector step being written (CUDA, vector_width > 1): its variable, the loop depth of its per-element
   // loop, and the code before (vector loads, local arrays) and after it (vector stores).
   struct VectorLoop {

@@ -14,12 +14,12 @@ Error field_error(const std::string& field, const std::string& why) {
   return make_error(ErrorCode::invalid_argument, "schedule field '" + field + "' " + why);
 }
 
-// Bytes of row-local buffers a task keeps (CUDA: shared memory per block).
+// Bytes of shared memory a CUDA block's row-local buffers take, per row.
 int64_t local_buffer_bytes(const Kernel& k, const Schedule& s) {
   int64_t bytes = 0;
   for (const Stage& st : k.stages) {
     if (!st.read_later || (st.optional && !s.cache_row)) continue;
-    bytes += 4 * st.local_size;
+    bytes += 4 * cuda_row_buffer_floats(std::max<int64_t>(1, st.local_size), s);
   }
   return bytes;
 }
@@ -103,6 +103,13 @@ Result<Schedule> schedule_from_json(const std::string& text) {
   return s;
 }
 
+int64_t cuda_row_buffer_floats(int64_t local_size, const Schedule& s) {
+  if (local_size <= 1) return 1;  // a reduction's one value per row: every thread reads the same word
+  const int64_t block = s.vector_width > 1 ? int64_t{s.vector_width} * s.threads_per_row : 1;
+  const int64_t padded = (local_size + block - 1) / block * block;
+  return padded + (s.threads_per_row < 32 && s.rows_per_task > 1 ? s.threads_per_row : 0);
+}
+
 std::string schedule_to_string(const Schedule& s) {
   return fmt::format("rows={} threads={} tpr={} vec={} {} unroll={}", s.rows_per_task, s.threads, s.threads_per_row,
                      s.vector_width, s.cache_row ? "cache" : "reread", s.unroll);
@@ -133,8 +140,12 @@ Status can_implement(const Kernel& k, const Schedule& s, Target target) {
   } else {
     if (s.threads != 1) return field_error("threads", "is a CPU field; on CUDA use threads_per_row (got " +
                                                           std::to_string(s.threads) + ")");
-    if (s.threads_per_row < 32) {
-      return field_error("threads_per_row", fmt::format("must be >= 32 (a warp) on CUDA, got {}", s.threads_per_row));
+    // Rows narrower than a warp share one: the block must still be whole warps, which the shuffles of a
+    // row's reduction take part in as a whole.
+    if (s.threads_per_row < 32 && (s.threads_per_row * s.rows_per_task) % 32 != 0) {
+      return field_error("threads_per_row",
+                         fmt::format("{} x rows_per_task {} is not a whole number of warps (32 threads) on CUDA",
+                                     s.threads_per_row, s.rows_per_task));
     }
     if (s.rows_per_task * s.threads_per_row > 1024) {
       return field_error("rows_per_task", fmt::format("x threads_per_row = {} exceeds 1024 threads per block",
@@ -161,7 +172,7 @@ Schedule default_schedule(const Kernel& k, Target target, int cores) {
     for (const KernelParam& p : k.inputs) narrowest = std::min(narrowest, std::max<size_t>(1, dtype_size(p.type.dtype)));
     for (const KernelParam& p : k.outputs) narrowest = std::min(narrowest, std::max<size_t>(1, dtype_size(p.type.dtype)));
     int width = static_cast<int>(std::min<size_t>(8, 16 / narrowest));
-    while (width > 1 && (row % width != 0 || row / width < 32)) width /= 2;
+    while (width > 1 && row % width != 0) width /= 2;
     const int64_t steps = row / width;
     int tpr = 32;
     for (int t : {256, 128, 64}) {
@@ -171,12 +182,19 @@ Schedule default_schedule(const Kernel& k, Target target, int cores) {
       }
     }
     if (steps % tpr != 0 && steps >= 1024) tpr = 256;
+    // Rows of fewer than 32 vector steps (a head's 128 bf16: 16) take that many threads each, several rows
+    // to a warp, instead of a warp with idle lanes.
+    if (steps < 32) {
+      tpr = 1;
+      while (tpr * 2 <= steps && steps % (tpr * 2) == 0) tpr *= 2;
+      tpr = std::max(tpr, 4);
+    }
     s.threads_per_row = tpr;
     s.threads = 1;
     s.vector_width = width;
     // Short rows: several rows per block so a block has at least 128 threads.
-    s.rows_per_task = std::clamp<int64_t>(128 / tpr, 1, std::max<int64_t>(1, k.rows));
-    if (!can_implement(k, s, target).ok()) s.rows_per_task = 1;
+    s.rows_per_task = std::max<int64_t>(128 / tpr, 1);
+    if (!can_implement(k, s, target).ok()) s.rows_per_task = std::max(1, 32 / tpr);
     if (!can_implement(k, s, target).ok()) s.cache_row = false;
     return s;
   }
@@ -213,10 +231,13 @@ std::vector<Schedule> schedule_space(const Kernel& k, Target target, int cores) 
     }
     return out;
   }
-  for (int tpr : {32, 64, 128, 256, 512, 1024}) {
+  for (int tpr : {4, 8, 16, 32, 64, 128, 256, 512, 1024}) {
+    if (tpr < 32 && row > 512) continue;  // sub-warp rows only where a warp would have lanes with little work
     if (tpr > 32 && tpr / 2 >= row) break;
-    for (int64_t rpt : {1, 2, 4, 8}) {
-      if (rpt > k.rows) break;
+    const int64_t rows_per_warp = std::max(1, 32 / tpr);  // the least rows per block: one whole warp
+    for (int64_t warps : {1, 2, 4, 8}) {
+      const int64_t rpt = warps * rows_per_warp;
+      if (rpt > std::max(k.rows, rows_per_warp)) break;
       for (int vec : {1, 2, 4, 8}) {
         for (bool cache : caches) {
           Schedule s{rpt, 1, tpr, vec, cache, 1};

@@ -3,7 +3,8 @@
 //
 //   rows_per_task    rows one task (CPU: one pool work item; CUDA: one thread block) handles
 //   threads          CPU: pool workers a launch uses (1: the calling thread only, as the harness requires)
-//   threads_per_row  CUDA: threads cooperating on one row (a warp or a block); CPU: must be 1
+//   threads_per_row  CUDA: threads cooperating on one row (part of a warp, a warp or a block; below 32 a warp
+//                    holds several rows); CPU: must be 1
 //   vector_width     elements per vector step of the innermost loop (CPU: `omp simd simdlen`; 1: no pragma)
 //   cache_row        keep values read several times in a row-local buffer (registers / shared memory on
 //                    CUDA) instead of recomputing them from memory (CPU default: off when recomputing is a
@@ -35,6 +36,14 @@ std::string schedule_to_json(const Schedule& schedule);
 // Unknown keys, wrong kinds and malformed text are parse errors naming the field.
 Result<Schedule> schedule_from_json(const std::string& text);
 std::string schedule_to_string(const Schedule& schedule);  // "rows=4 threads=2 tpr=1 vec=8 cache unroll=1"
+
+// CUDA: floats one row buffer of `local_size` elements takes in shared memory under `schedule`. With vectors
+// the buffer is stored permuted (element lane * vec + j of each block of threads_per_row * vec lives at
+// j * threads_per_row + lane), so the threads of a warp touch consecutive words at every vector step instead
+// of every vec-th word (a vec-way bank conflict); the size is rounded up to whole blocks. Rows that share a
+// warp (threads_per_row < 32) are `threads_per_row` words apart beyond that, so they fall in other banks too.
+// A one-element buffer (a reduction's value) stays one float.
+int64_t cuda_row_buffer_floats(int64_t local_size, const Schedule& schedule);
 
 // Whether `schedule` is valid for `kernel` on `target`; the error names the field and the limit.
 Status can_implement(const Kernel& kernel, const Schedule& schedule, Target target);

@@ -165,6 +165,14 @@ TEST(KernelSchedule, CanImplementAndSpace) {
   st = can_implement(k, s, Target::cuda);
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.error().message.find("shared memory"), std::string::npos) << st.error().message;
+  // Rows narrower than a warp must fill whole warps.
+  s = Schedule{1, 1, 16, 8, true, 1};
+  st = can_implement(k, s, Target::cuda);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.error().message.find("whole number of warps"), std::string::npos) << st.error().message;
+  s.rows_per_task = 2;
+  s.cache_row = false;  // two rows of this kernel's buffers are over 48 KiB
+  EXPECT_TRUE(can_implement(k, s, Target::cuda).ok());
   for (Target t : {Target::cpu, Target::cuda}) {
     const std::vector<Schedule> space = schedule_space(k, t, 2);
     EXPECT_GT(space.size(), 4u) << target_name(t);
@@ -385,6 +393,9 @@ TEST(KernelEmit, CudaDialectCompilesWithNvcc) {
     for (size_t i = 0; i < kernels.size(); ++i) {
       std::vector<Schedule> schedules = {default_schedule(kernels[i], Target::cuda, 132)};
       for (int vec : {1, 2, 4, 8}) schedules.push_back(Schedule{1, 1, i % 2 ? 64 : 256, vec, true, 1});
+      // Rows narrower than a warp: several rows per warp, the reduction's shuffles within each row's lanes.
+      schedules.push_back(Schedule{8, 1, 16, 8, true, 1});
+      schedules.push_back(Schedule{16, 1, 4, 2, true, 1});
       for (size_t j = 0; j < schedules.size(); ++j) {
         if (!can_implement(kernels[i], schedules[j], Target::cuda).ok()) schedules[j].cache_row = false;
         if (!can_implement(kernels[i], schedules[j], Target::cuda).ok()) continue;
@@ -406,6 +417,85 @@ TEST(KernelEmit, CudaDialectCompilesWithNvcc) {
     EXPECT_EQ(rc, 0) << spec << "\n" << text.substr(0, 4000);
     std::filesystem::remove_all(dir);
   }
+}
+
+// A concat along a row axis (the text and image tokens of a joint sequence) is a branch per row on CUDA: each
+// branch reads its own piece with 16-byte loads, no clamped per-element loads of both pieces.
+TEST(KernelEmit, CudaConcatOverRowsBranchesPerRow) {
+  Graph g;
+  const ValueId a = *g.add_input("a", {DType::bf16, {2, 8, 128}}, Binding::per_call);
+  const ValueId b = *g.add_input("b", {DType::bf16, {2, 24, 128}}, Binding::per_call);
+  const ValueId c = (*g.add_node(Op::concat, {a, b}, {{"axis", int64_t{1}}}, {"c"}))[0];
+  const ValueId y = (*g.add_node(Op::silu, {c}, {}, {"y"}))[0];
+  ASSERT_TRUE(g.add_output("y", y).ok());
+  auto k = lower_nodes(g, {0, 1}, "cat");
+  ASSERT_TRUE(k.ok()) << k.error().message;
+  EXPECT_EQ(k->rows, 64);
+  auto module = emit_module({{&*k, Schedule{8, 1, 16, 8, true, 1}, "kern"}}, Target::cuda);
+  ASSERT_TRUE(module.ok()) << module.error().message;
+  const std::string& src = module->source;
+  const size_t body = src.find("extern \"C\"");
+  ASSERT_NE(body, std::string::npos);
+  EXPECT_NE(src.find(") < 8) {", body), std::string::npos) << src.substr(body);
+  EXPECT_EQ(src.find("kiln_clamp(", body), std::string::npos) << src.substr(body);
+  EXPECT_NE(src.find("((const uint4*)(in0 +", body), std::string::npos) << src.substr(body);
+  EXPECT_NE(src.find("((const uint4*)(in1 +", body), std::string::npos) << src.substr(body);
+}
+
+// The CUDA row buffers' permutation, as emitted: the `kiln_at` line of a generated kernel is compiled for the
+// host and checked to be one-to-one into the buffer it indexes, and to put the 32 threads of a warp into 32
+// different banks at every vector step (a vec-way bank conflict per access cost the LN+modulate kernel 8x
+// its memory floor on the H200), also when rows narrower than a warp share one.
+TEST(KernelEmit, CudaRowBuffersAreOneToOneAndBankConflictFree) {
+  auto fk = fused_kernel(layernorm_modulate_graph(DType::bf16, 64, 384));
+  ASSERT_TRUE(fk.ok());
+  const Kernel& k = fk->second;
+  const std::string dir = harness::make_scratch_dir("", "cuda-buffers");
+  std::string checks;
+  for (const Schedule& s : {Schedule{1, 1, 32, 8, true, 1}, Schedule{1, 1, 128, 4, true, 1},
+                            Schedule{8, 1, 16, 8, true, 1}, Schedule{8, 1, 4, 2, true, 1},
+                            Schedule{2, 1, 64, 1, true, 1}}) {
+    ASSERT_TRUE(can_implement(k, s, Target::cuda).ok()) << schedule_to_string(s);
+    auto module = emit_module({{&k, s, "kern"}}, Target::cuda);
+    ASSERT_TRUE(module.ok()) << module.error().message;
+    const size_t at = module->source.find("auto kiln_at");
+    ASSERT_NE(at, std::string::npos) << schedule_to_string(s);
+    const std::string line = module->source.substr(at, module->source.find('\n', at) - at);
+    checks += fmt::format("  {{\n    {}\n    if (!check(kiln_at, {}, {}, {}, {}, {})) return 1;\n  }}\n", line, 384,
+                          cuda_row_buffer_floats(384, s), s.threads_per_row, s.vector_width, s.rows_per_task);
+  }
+  std::ofstream(dir + "/check.cpp") << R"(#include <cstdint>
+#include <cstdio>
+#include <set>
+template <class F> bool check(F at, int64_t n, int64_t size, int64_t tpr, int64_t vec, int64_t rows) {
+  std::set<int64_t> seen;
+  for (int64_t o = 0; o < n; ++o) {
+    const int64_t slot = at(o);
+    if (slot < 0 || slot >= size || !seen.insert(slot).second) { std::printf("slot %lld of %lld\n", (long long)slot, (long long)o); return false; }
+  }
+  for (int64_t step = 0; step * tpr * vec < n; ++step) {
+    for (int64_t j = 0; j < vec; ++j) {
+      std::set<int64_t> banks;
+      int64_t live = 0;
+      for (int64_t t = 0; t < 32 && t < tpr * rows; ++t) {
+        const int64_t row = t / tpr, lane = t % tpr, o = step * tpr * vec + lane * vec + j;
+        if (o < n) banks.insert((row * size + at(o)) % 32), ++live;
+      }
+      if ((int64_t)banks.size() != live) { std::printf("tpr %lld vec %lld: %zu banks at step %lld\n", (long long)tpr, (long long)vec, banks.size(), (long long)j); return false; }
+    }
+  }
+  return true;
+}
+int main() {
+)" << checks << "  std::printf(\"ok\\n\");\n}\n";
+  const std::string cmd = "c++ -std=c++20 -o " + dir + "/check " + dir + "/check.cpp > " + dir + "/log 2>&1 && " + dir +
+                          "/check >> " + dir + "/log 2>&1";
+  const int rc = std::system(cmd.c_str());
+  std::ifstream log(dir + "/log");
+  const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(rc, 0) << text;
+  EXPECT_NE(text.find("ok"), std::string::npos) << text;
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
