@@ -3,18 +3,24 @@
 // Each kernel's bytes are the kernel IR's count (inputs read once + outputs written once). Each kernel also
 // runs at 1/64 of its rows (under 1 MiB, so from cache, one thread): the % of memcpy it would reach if
 // memory cost nothing, i.e. whether its arithmetic alone keeps it under the target.
+// A kernel at threads = cores is measured against memcpy at all cores too (the same copy split over as many
+// threads), the streaming bandwidth that thread count can have. The blocks are compared as deployed, in the
+// optimize loop's interleaved A/B (agent/ab_gate.h): unfused / fused per round, median and 95% interval.
 // Build: g++ -O2 -std=c++20 -Isrc -DKILN_VERSION='"0.1.0"' bench/cpu_fused_kernels.cpp build/release/libkiln.a \
-//          -lfmt -lopenblas -lpthread -o /tmp/kb
+//          -lfmt -lopenblas -lsqlite3 -lpthread -ldl -o /tmp/kb
 // Run:   /tmp/kb [--json PATH] [--source NAME] [--quick]
 //   --source NAME  print the generated source of kernel NAME (rmsnorm, layernorm_modulate, ...) and exit
 //   --quick        kernels only, no block
 #include <fmt/format.h>
 
+#include <chrono>
 #include <cstring>
 #include <ctime>
+#include <thread>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "agent/ab_gate.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/plan.h"
 #include "harness/inputs.h"
@@ -114,6 +120,25 @@ double plan_seconds(backend::Backend& b, const Graph& g, const backend::PlanOpti
   return t->median_seconds;
 }
 
+// memcpy of 256 MiB split over `threads` threads, read + written bytes per second, best of 5.
+double memcpy_bandwidth_at(int threads) {
+  const size_t bytes = size_t{256} << 20;
+  std::vector<char> src(bytes, 1), dst(bytes, 2);
+  double best = 0;
+  for (int rep = 0; rep < 5; ++rep) {
+    const auto start = std::chrono::steady_clock::now();
+    std::vector<std::thread> pool;
+    const size_t part = bytes / threads;
+    for (int t = 0; t < threads; ++t) {
+      pool.emplace_back([&, t] { std::memcpy(dst.data() + t * part, src.data() + t * part, part); });
+    }
+    for (std::thread& t : pool) t.join();
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    best = std::max(best, 2.0 * static_cast<double>(bytes) / seconds);
+  }
+  return best;
+}
+
 int main(int argc, char** argv) {
   std::string json_path, source_of;
   bool quick = false;
@@ -134,7 +159,10 @@ int main(int argc, char** argv) {
   const double bw = d.bandwidth_bytes_per_second;
   fmt::print("device {} ({} cores): memcpy {:.2f} GB/s, sgemm {:.1f} GFLOP/s\n", d.name, d.compute_units, bw / 1e9,
              d.flops_per_second / 1e9);
-  nlohmann::json report = {{"device", d.name}, {"cores", d.compute_units}, {"memcpy_bytes_per_second", bw}};
+  const double bw_all = d.compute_units > 1 ? memcpy_bandwidth_at(d.compute_units) : bw;
+  fmt::print("memcpy over {} threads: {:.2f} GB/s\n", d.compute_units, bw_all / 1e9);
+  nlohmann::json report = {{"device", d.name}, {"cores", d.compute_units}, {"memcpy_bytes_per_second", bw},
+                           {"memcpy_all_cores_bytes_per_second", bw_all}};
 
   const std::vector<Case> cases = make_cases(1), in_cache = make_cases(64);
   for (size_t ci = 0; ci < cases.size(); ++ci) {
@@ -161,6 +189,10 @@ int main(int argc, char** argv) {
       if (threads == 1) {
         cpu_note = fmt::format(" (thread CPU time {:.3f} ms = {:.0f}%)", cpu * 1e3, 100 * k.bytes / cpu / bw);
         record["cpu_seconds"] = cpu;
+      } else {
+        const double pct_all = 100 * k.bytes / s / bw_all;
+        cpu_note = fmt::format(" ({:.0f}% of memcpy over {} threads)", pct_all, threads);
+        record["percent_of_memcpy_all_cores"] = pct_all;
       }
       fmt::print("{:<20} bf16{:<22} threads={}: {:8.3f} ms, {:6.2f} GB/s = {:3.0f}% of memcpy{}\n", c.name, c.shape,
                  threads, s * 1e3, k.bytes / s / 1e9, pct, cpu_note);
@@ -183,7 +215,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (!quick) {
-    for (const char* spec : {"flux1-double-block:tiny,img_tokens=2048,txt_tokens=256"}) {
+    // A FLUX.1-dev double block (its widths, 3072 and 24 heads of 128) at reduced tokens, and the tiny widths at
+    // more tokens.
+    for (const char* spec : {"flux1-double-block:img_tokens=64,txt_tokens=16", "flux1-double-block:tiny,img_tokens=2048,txt_tokens=256"}) {
       auto model = models::build_zoo_model(spec);
       KILN_CHECK(model.ok());
       auto fused = passes::run_pipeline(*model);
@@ -191,10 +225,22 @@ int main(int argc, char** argv) {
       no_fusion.disabled = {"fuse-rows"};
       auto unfused = passes::run_pipeline(*model, no_fusion);
       KILN_CHECK(fused.ok() && unfused.ok());
-      const double f = plan_seconds(*backend, fused->graph, {}, 20), u = plan_seconds(*backend, unfused->graph, {}, 20);
-      fmt::print("{}: fused plan {:.3f} ms, unfused plan {:.3f} ms, unfused/fused {:.2f}x\n", spec, f * 1e3, u * 1e3,
-                 u / f);
-      report["blocks"].push_back({{"model", spec}, {"fused_seconds", f}, {"unfused_seconds", u}, {"unfused_over_fused", u / f}});
+      auto f = backend::Plan::build(*backend, fused->graph), u = backend::Plan::build(*backend, unfused->graph);
+      KILN_CHECK(f.ok() && u.ok());
+      KILN_CHECK((*f)->set_inputs(inputs_of(fused->graph)).ok() && (*u)->set_inputs(inputs_of(unfused->graph)).ok());
+      agent::ABOptions ab;
+      ab.rounds = 10;
+      ab.repetitions = 2;
+      auto verdict = agent::ab_compare(*backend, [&] { return (*u)->execute(); }, [&] { return (*f)->execute(); }, ab);
+      KILN_CHECK(verdict.ok());
+      const harness::TimingStats& r = verdict->ratio;
+      fmt::print("{}: fused plan {:.3f} ms, unfused plan {:.3f} ms; unfused/fused {:.3f}x [{:.3f}, {:.3f}] over {} "
+                 "rounds: {}\n", spec, verdict->b.median * 1e3, verdict->a.median * 1e3, r.median,
+                 r.ci_low, r.ci_high, ab.rounds,
+                 verdict->b_wins ? "fused faster" : verdict->b_loses ? "fused slower" : "no difference beyond noise");
+      report["blocks"].push_back({{"model", spec}, {"fused_seconds", verdict->b.median},
+                                  {"unfused_seconds", verdict->a.median}, {"unfused_over_fused", r.median},
+                                  {"ratio_ci", {r.ci_low, r.ci_high}}, {"fused_faster", verdict->b_wins}});
     }
   }
   if (!json_path.empty()) std::ofstream(json_path) << report.dump(1) << "\n";
