@@ -330,8 +330,7 @@ class CudaDialect final : public Dialect {
     for (size_t i = 0; i < c.k.stages.size(); ++i) {
       if (!c.buffered[i]) continue;
       any_buffer = true;
-      out += fmt::format("  __shared__ float s{}[{}][{}];\n", i, by,
-                         cuda_row_buffer_floats(std::max<int64_t>(1, c.k.stages[i].local_size), c.s));
+      out += fmt::format("  __shared__ float s{}[{}][{}];\n", i, by, cuda_row_buffer_floats(c.k.stages[i].local_size, c.s));
     }
     if (any_buffer) out += buffer_permutation(c.s);
     if (c.any_reduction_exchange && bx > 32) out += fmt::format("  __shared__ float kiln_red[{}][{}];\n", by, bx / 32);

@@ -15,11 +15,14 @@ Error field_error(const std::string& field, const std::string& why) {
 }
 
 // Bytes of shared memory a CUDA block's row-local buffers take, per row.
+// CUDA: the fewest rows a block of `threads_per_row`-wide rows may hold: one whole warp.
+int64_t rows_per_warp(int threads_per_row) { return std::max(1, 32 / threads_per_row); }
+
 int64_t local_buffer_bytes(const Kernel& k, const Schedule& s) {
   int64_t bytes = 0;
   for (const Stage& st : k.stages) {
     if (!st.read_later || (st.optional && !s.cache_row)) continue;
-    bytes += 4 * cuda_row_buffer_floats(std::max<int64_t>(1, st.local_size), s);
+    bytes += 4 * cuda_row_buffer_floats(st.local_size, s);
   }
   return bytes;
 }
@@ -192,9 +195,11 @@ Schedule default_schedule(const Kernel& k, Target target, int cores) {
     s.threads_per_row = tpr;
     s.threads = 1;
     s.vector_width = width;
-    // Short rows: several rows per block so a block has at least 128 threads.
-    s.rows_per_task = std::max<int64_t>(128 / tpr, 1);
-    if (!can_implement(k, s, target).ok()) s.rows_per_task = std::max(1, 32 / tpr);
+    // Short rows: several rows per block so a block has at least 128 threads (and no more rows than there are,
+    // beyond one whole warp).
+    const int64_t warp_rows = rows_per_warp(tpr);
+    s.rows_per_task = std::clamp<int64_t>(128 / tpr, warp_rows, std::max(warp_rows, k.rows));
+    if (!can_implement(k, s, target).ok()) s.rows_per_task = warp_rows;
     if (!can_implement(k, s, target).ok()) s.cache_row = false;
     return s;
   }
@@ -234,10 +239,10 @@ std::vector<Schedule> schedule_space(const Kernel& k, Target target, int cores) 
   for (int tpr : {4, 8, 16, 32, 64, 128, 256, 512, 1024}) {
     if (tpr < 32 && row > 512) continue;  // sub-warp rows only where a warp would have lanes with little work
     if (tpr > 32 && tpr / 2 >= row) break;
-    const int64_t rows_per_warp = std::max(1, 32 / tpr);  // the least rows per block: one whole warp
+    const int64_t warp_rows = rows_per_warp(tpr);
     for (int64_t warps : {1, 2, 4, 8}) {
-      const int64_t rpt = warps * rows_per_warp;
-      if (rpt > std::max(k.rows, rows_per_warp)) break;
+      const int64_t rpt = warps * warp_rows;
+      if (rpt > std::max(k.rows, warp_rows)) break;
       for (int vec : {1, 2, 4, 8}) {
         for (bool cache : caches) {
           Schedule s{rpt, 1, tpr, vec, cache, 1};

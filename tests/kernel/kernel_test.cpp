@@ -444,8 +444,8 @@ TEST(KernelEmit, CudaConcatOverRowsBranchesPerRow) {
 
 // The CUDA row buffers' permutation, as emitted: the `kiln_at` line of a generated kernel is compiled for the
 // host and checked to be one-to-one into the buffer it indexes, and to put the 32 threads of a warp into 32
-// different banks at every vector step (a vec-way bank conflict per access cost the LN+modulate kernel 8x
-// its memory floor on the H200), also when rows narrower than a warp share one.
+// different banks at every vector step (with a vec-way conflict per access, the H200's LN+modulate kernel
+// took 100 us; 76 us without, with the sub-warp rows), also when rows narrower than a warp share one.
 TEST(KernelEmit, CudaRowBuffersAreOneToOneAndBankConflictFree) {
   auto fk = fused_kernel(layernorm_modulate_graph(DType::bf16, 64, 384));
   ASSERT_TRUE(fk.ok());
