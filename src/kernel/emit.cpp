@@ -21,6 +21,9 @@ struct KernelContext {
   const Schedule& s;
   std::string entry;
   std::vector<bool> buffered;   // per stage: has a row-local buffer
+  std::vector<RowBuffer> place; // per stage: where (CUDA: cuda_row_buffers; CPU: shared stands for a local array)
+  bool register_rows = false;   // some stage's row is a register array (CUDA)
+  bool int32_indices = false;   // CUDA: every index the kernel computes fits in 32 bits (kiln_idx is int)
   bool any_reduction_exchange = false;
   std::vector<bool> coarse_outputs_only;  // per stage (emit_cpu.h)
 };
@@ -174,7 +177,7 @@ std::string row_vars_code(const Kernel& k, const std::string& row) {
   int64_t stride = 1;
   for (size_t a = k.row_shape.size(); a-- > 0;) {
     if (k.row_vars[a] >= 0) {
-      out += fmt::format("    const int64_t v{} = ({} / {}) % {};\n", k.row_vars[a], row, stride, k.row_shape[a]);
+      out += fmt::format("    const kiln_idx v{} = ({} / {}) % {};\n", k.row_vars[a], row, stride, k.row_shape[a]);
     }
     stride *= k.row_shape[a];
   }
@@ -190,6 +193,7 @@ class CpuDialect final : public Dialect {
            "#define KILN_NAN NAN\n"
            "KILN_FN float kiln_as_float(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }\n"
            "KILN_FN uint32_t kiln_as_uint(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }\n"
+           "typedef int64_t kiln_idx;\n"
            "KILN_FN double kiln_as_double(uint64_t u) { double d; memcpy(&d, &u, 8); return d; }\n"
            "KILN_FN uint64_t kiln_as_u64(double d) { uint64_t u; memcpy(&u, &d, 8); return u; }\n" +
            std::string(cpu_math_source());
@@ -310,7 +314,8 @@ class CudaDialect final : public Dialect {
            "#define KILN_FN static __device__ __forceinline__\n#define KILN_TABLE static __device__ const\n"
            "#define KILN_INF __uint_as_float(0x7f800000u)\n#define KILN_NAN __uint_as_float(0x7fc00000u)\n"
            "KILN_FN float kiln_as_float(uint32_t u) { return __uint_as_float(u); }\n"
-           "KILN_FN uint32_t kiln_as_uint(float f) { return __float_as_uint(f); }\n";
+           "KILN_FN uint32_t kiln_as_uint(float f) { return __float_as_uint(f); }\n"
+           "KILN_FN int kiln_clamp(int i, int hi) { return i < 0 ? 0 : (i > hi ? hi : i); }\n";
   }
   std::string kernel_begin(const KernelContext& c) const override {
     const int bx = c.s.threads_per_row;
@@ -323,14 +328,29 @@ class CudaDialect final : public Dialect {
       params += fmt::format("{}{}* __restrict__ out{}", params.empty() ? "" : ", ", storage_type(c.k.outputs[i].type.dtype), i);
     }
     std::string out = fmt::format("extern \"C\" __global__ void __launch_bounds__({}) {}({}) {{\n", bx * by, c.entry, params);
-    out += fmt::format("  const int kiln_lane = threadIdx.x;\n  const int64_t kiln_row = (int64_t)blockIdx.x * {} + threadIdx.y;\n"
-                       "  const bool kiln_active = kiln_row < {};\n  const int64_t r = kiln_active ? kiln_row : {};\n",
+    // Index arithmetic in 32 bits where every index fits: 64-bit adds, multiplies, divisions and compares
+    // are two to several instructions each, per element.
+    out += fmt::format("  typedef {} kiln_idx;\n", c.int32_indices ? "int" : "long long");
+    out += fmt::format("  const int kiln_lane = threadIdx.x;\n  const kiln_idx kiln_row = (kiln_idx)blockIdx.x * {} + threadIdx.y;\n"
+                       "  const bool kiln_active = kiln_row < {};\n  const kiln_idx r = kiln_active ? kiln_row : {};\n",
                        by, c.k.rows, std::max<int64_t>(0, c.k.rows - 1));
     bool any_buffer = false;
     for (size_t i = 0; i < c.k.stages.size(); ++i) {
-      if (!c.buffered[i]) continue;
+      const Stage& st = c.k.stages[i];
+      if (c.place[i] == RowBuffer::registers) {
+        // A thread's elements of the row: [vector step][element in the step], or the row's one reduced value.
+        const int source = row_copy_of(c.k, static_cast<int>(i));
+        if (source >= 0 && c.place[static_cast<size_t>(source)] == RowBuffer::registers) {
+          out += fmt::format("  auto& s{}_r = s{}_r;  // a copy of that row\n", i, source);
+        } else {
+          out += st.reduce ? fmt::format("  float s{}_r = 0.0f;\n", i)
+                           : fmt::format("  float s{}_r[{}][{}];\n", i, st.local_size / (int64_t{bx} * c.s.vector_width),
+                                         c.s.vector_width);
+        }
+      }
+      if (c.place[i] != RowBuffer::shared) continue;
       any_buffer = true;
-      out += fmt::format("  __shared__ float s{}[{}][{}];\n", i, by, cuda_row_buffer_floats(c.k.stages[i].local_size, c.s));
+      out += fmt::format("  __shared__ float s{}[{}][{}];\n", i, by, cuda_row_buffer_floats(st.local_size, c.s));
     }
     if (any_buffer) out += buffer_permutation(c.s);
     if (c.any_reduction_exchange && bx > 32) out += fmt::format("  __shared__ float kiln_red[{}][{}];\n", by, bx / 32);
@@ -352,15 +372,15 @@ class CudaDialect final : public Dialect {
   // of threads_per_row * vec elements, lane * vec + j is stored at j * threads_per_row + lane.
   static std::string buffer_permutation(const Schedule& s) {
     const int64_t vec = s.vector_width, tpr = s.threads_per_row;
-    if (vec == 1) return "  auto kiln_at = [](int64_t o) { return o; };\n";
+    if (vec == 1) return "  auto kiln_at = [](kiln_idx o) { return o; };\n";
     const auto log2 = [](int64_t v) { return std::countr_zero(static_cast<uint64_t>(v)); };
-    return fmt::format("  auto kiln_at = [](int64_t o) {{ return (o & ~{0}LL) | ((o & {1}LL) << {2}) | ((o & {0}LL) >> {3}); }};\n",
+    return fmt::format("  auto kiln_at = [](kiln_idx o) {{ return (o & ~{0}) | ((o & {1}) << {2}) | ((o & {0}) >> {3}); }};\n",
                        vec * tpr - 1, vec - 1, log2(tpr), log2(vec));
   }
   std::string loop_open(const std::string& var, int64_t extent, bool spread, const Schedule& s,
                         const std::string&) const override {
-    if (!spread) return fmt::format("for (int64_t {0} = 0; {0} < {1}; ++{0}) {{\n", var, extent);
-    return fmt::format("for (int64_t {0} = kiln_lane; {0} < {1}; {0} += {2}) {{\n", var, extent, s.threads_per_row);
+    if (!spread) return fmt::format("for (kiln_idx {0} = 0; {0} < {1}; ++{0}) {{\n", var, extent);
+    return fmt::format("for (kiln_idx {0} = kiln_lane; {0} < {1}; {0} += {2}) {{\n", var, extent, s.threads_per_row);
   }
   std::string reduce_exchange(const std::string& acc, const std::string&, ReduceKind kind, const Schedule& s) const override {
     const std::string combine = kind == ReduceKind::sum || kind == ReduceKind::mean ? "{0} + {1}" : "kiln_maxnan({0}, {1})";
@@ -391,14 +411,6 @@ class CudaDialect final : public Dialect {
 
 std::string var_name(int v) { return "v" + std::to_string(v); }
 
-bool mentions(const IndexExpr& e, int var) {
-  for (const IndexTerm& t : e.terms) {
-    if (t.atom.kind == IndexAtom::Kind::var && t.atom.var == var) return true;
-    if (t.atom.inner && mentions(*t.atom.inner, var)) return true;
-  }
-  return false;
-}
-
 // `e` is `var` plus terms in other variables whose every coefficient (and the constant) is a multiple of
 // `width`: `width` consecutive values of var from a multiple of `width` touch one aligned run of elements.
 bool contiguous_in(const IndexExpr& e, int var, int width) {
@@ -410,7 +422,7 @@ bool contiguous_in(const IndexExpr& e, int var, int width) {
       found = true;
       continue;
     }
-    if (t.atom.inner && mentions(*t.atom.inner, var)) return false;
+    if (t.atom.inner && index_mentions(*t.atom.inner, var)) return false;
     if (t.coefficient % width != 0) return false;
   }
   return found;
@@ -432,14 +444,45 @@ class KernelWriter {
       if (several_passes && i == written.back()) out += d_.next_row_prefetch(c_);
       out += fmt::format("    {{ // stage {}: %{} {}\n", i, s.name, type_to_string(s.type));
       out += write_branches(static_cast<int>(i), 0);
-      out += d_.barrier();
+      // Only a shared buffer is read by other threads than its writer (a reduction's exchange has its own).
+      if (c_.place[i] == RowBuffer::shared) out += d_.barrier();
       out += "    }\n";
     }
     return out + d_.kernel_end(c_);
   }
 
  private:
-  std::string idx(const IndexExpr& e) const { return index_to_c(e, var_name); }
+  std::string idx(const IndexExpr& e) const {
+    if (!vector_mode_ || vec_.var < 0 || !index_mentions(e, vec_.var)) return index_to_c(e, var_name);
+    return index_to_c(vector_index(e), [&](int v) {
+      return v == vector_step_var() ? std::string("kiln_vs") : v == vector_lane_var(k_) ? std::string("kiln_vj") : var_name(v);
+    });
+  }
+  // Inside a vector step, the vector variable is width * kiln_vs + kiln_vj: written so, an index simplifies
+  // per element once kiln_vj is a constant (the RoPE partner's 2 * (v / 2) + 1 is 2 * (kiln_vj / 2) + 1
+  // past the step's base, its `v % 2` a constant, so the pair's select is decided at compile time).
+  int vector_step_var() const { return static_cast<int>(k_.vars.size()); }
+  IndexExpr vector_index(const IndexExpr& e) const {
+    const int width = c_.s.vector_width, step = vector_step_var(), lane = vector_lane_var(k_);
+    const int64_t extent = k_.extent(vec_.var);
+    const VarExtents extents = [&](int v) -> int64_t {
+      return v == step ? std::max<int64_t>(1, extent / width) : v == lane ? width : k_.extent(v);
+    };
+    return index_substitute(e, vec_.var, index_add(index_scale(IndexExpr::of_var(step), width), IndexExpr::of_var(lane)),
+                            extents);
+  }
+  // Whether every value `e` can take lies in [0, size): no clamp needed.
+  bool provably_within(const IndexExpr& e, int64_t size) const {
+    const bool split = vector_mode_ && vec_.var >= 0 && index_mentions(e, vec_.var);
+    const int64_t extent = split ? k_.extent(vec_.var) : 0;
+    const int width = c_.s.vector_width;
+    const IndexRange r = index_range(split ? vector_index(e) : e, [&](int v) -> int64_t {
+      if (split && v == vector_step_var()) return std::max<int64_t>(1, extent / width);
+      if (split && v == vector_lane_var(k_)) return width;
+      return k_.extent(v);
+    });
+    return r.lo >= 0 && r.hi < size;
+  }
   // The expression at the first element of the current vector step (the vector variable at kiln_vb).
   std::string idx_at_vector_base(const IndexExpr& e) const {
     return index_to_c(e, [&](int v) { return v == vec_.var ? std::string("kiln_vb") : var_name(v); });
@@ -454,8 +497,11 @@ class KernelWriter {
     const Stage& s = k_.stages[i];
     const int select = depth < 3 && !s.reduce ? row_uniform_select(s.expr) : -1;
     if (select < 0) {
-      if (!vectorizable(s)) return write_stage(i, false);
-      return "      if (kiln_vec_ok) {\n" + write_stage(i, true) + "      } else {\n" + write_stage(i, false) + "      }\n";
+      if (!vectorizable(s)) return write_stage(i, false, false);
+      // A row in registers is indexed by the vector step: the unaligned path keeps the steps, loading and
+      // storing element by element.
+      return "      if (kiln_vec_ok) {\n" + write_stage(i, true, true) + "      } else {\n" +
+             write_stage(i, c_.register_rows, false) + "      }\n";
     }
     const Expr& e = k_.exprs[select];
     std::string out = fmt::format("      if (({}) < {}) {{\n", idx(e.condition), e.bound);
@@ -500,11 +546,13 @@ class KernelWriter {
     return true;
   }
 
-  std::string write_stage(int i, bool vector) {
+  // `vector`: the vector step loops (CUDA); `wide`: with 16-byte loads and stores where contiguous.
+  std::string write_stage(int i, bool vector, bool wide) {
     code_.clear();
     memo_.clear();
     elided_.clear();
     vector_mode_ = vector;
+    wide_ = wide;
     vec_ = VectorLoop{};
     if (k_.stages[i].reduce) {
       write_reduce(i);
@@ -519,22 +567,13 @@ class KernelWriter {
   // loads and stores where the access is contiguous and V-aligned), when its extent is a multiple of V.
   bool vectorizable(const Stage& s) const {
     const int width = c_.s.vector_width;
-    if (d_.target() != Target::cuda || width <= 1 || general_reduce_stage(s)) return false;
+    if (d_.target() != Target::cuda || width <= 1 || general_reduction(s)) return false;
     size_t from = 0;
     if (s.reduce) {
       while (from < s.space.size() && !s.reduced_axes[from]) ++from;
     }
     const int inner = innermost(s, from, s.space.size());
     return inner >= 0 && s.space[inner] % width == 0;
-  }
-  static bool general_reduce_stage(const Stage& s) {
-    if (!s.reduce) return false;
-    bool seen = false;
-    for (bool r : s.reduced_axes) {
-      if (seen && !r) return true;
-      seen = seen || r;
-    }
-    return false;
   }
 
   // A local array of V elements read or written as whole 16-byte (or smaller) words.
@@ -557,10 +596,10 @@ class KernelWriter {
       case ExprKind::load: {
         const KernelParam& p = k_.inputs[e.param];
         std::string off = idx(e.offset);
-        const bool clamp = clamped(e);
-        if (clamp) off = fmt::format("kiln_clamp({}, {})", off, std::max<int64_t>(0, shape_numel(p.type.shape) - 1));
+        const bool clamp = clamped(e) && !provably_within(e.offset, shape_numel(p.type.shape));
+        if (clamp) off = fmt::format("kiln_clamp({}, (kiln_idx){})", off, std::max<int64_t>(0, shape_numel(p.type.shape) - 1));
         std::string ref = fmt::format("in{}[{}]", e.param, off);
-        if (vector_mode_ && vec_.var >= 0 && !clamp && contiguous_in(e.offset, vec_.var, c_.s.vector_width)) {
+        if (wide_ && vec_.var >= 0 && !clamp && contiguous_in(e.offset, vec_.var, c_.s.vector_width)) {
           const std::string arr = "kiln_vin" + std::to_string(vec_.arrays++);
           vec_.pre += fmt::format("alignas(16) {} {}[{}];\n", storage_type(p.type.dtype), arr, c_.s.vector_width);
           vec_.pre += vector_copy(arr, fmt::format("in{} + {}", e.param, idx_at_vector_base(e.offset)), p.type.dtype, false);
@@ -583,8 +622,14 @@ class KernelWriter {
           memo_[id] = name;
           return name;
         }
+        if (c_.place[e.stage] == RowBuffer::registers) {
+          v = register_read(e);
+          break;
+        }
         std::string off = idx(e.offset);
-        if (clamped(e)) off = fmt::format("kiln_clamp({}, {})", off, std::max<int64_t>(0, s.local_size - 1));
+        if (clamped(e) && !provably_within(e.offset, s.local_size)) {
+          off = fmt::format("kiln_clamp({}, (kiln_idx){})", off, std::max<int64_t>(0, s.local_size - 1));
+        }
         v = d_.buffer(e.stage, off);
         break;
       }
@@ -665,6 +710,18 @@ class KernelWriter {
     return name;
   }
 
+  // A read of a row held in registers (cuda_row_buffers): the reduced value, or the element of the reader's
+  // own vector step that the offset names, its index in the step fixed once the loops are unrolled.
+  std::string register_read(const Expr& e) const {
+    if (k_.stages[e.stage].reduce) return fmt::format("s{}_r", e.stage);
+    KILN_CHECK(vector_mode_ && vec_.var >= 0);
+    const std::optional<IndexExpr> within = offset_within_vector_step(k_, e.offset, vec_.var, c_.s.vector_width);
+    KILN_CHECK(within.has_value());
+    const int lane = vector_lane_var(k_);
+    return fmt::format("s{}_r[kiln_it][{}]", e.stage,
+                       index_to_c(*within, [&](int v) { return v == lane ? std::string("kiln_vj") : var_name(v); }));
+  }
+
   // A sum, difference or quotient rounded to bf16/f16 is computed in double and rounded once, as the
   // reference does: in f32 it could round twice. (Products of bf16/f16 values are exact in f32.) When both
   // operands already hold values of that dtype, the f32 result is never a tie of the dtype that the exact
@@ -697,7 +754,7 @@ class KernelWriter {
   }
 
   std::string store(const Stage& s, const std::string& target, const std::string& value) const {
-    return convert_to_storage(s.type.dtype, fmt::format("out{}[r * {}LL + {}]", s.output, s.local_size, target), value);
+    return convert_to_storage(s.type.dtype, fmt::format("out{}[r * {} + {}]", s.output, s.local_size, target), value);
   }
   static std::string convert_to_storage(DType dtype, const std::string& at, const std::string& value) {
     switch (dtype) {
@@ -717,10 +774,10 @@ class KernelWriter {
       if (extent % step == 0 && extent / step <= 8) {
         // Every thread takes the same few steps: a loop of constant trip count, unrolled, so a thread's
         // vector loads are all in flight together rather than one round trip to memory per step.
-        code_ += indent_ + fmt::format("#pragma unroll\n{}for (int64_t kiln_it = 0, kiln_vb = (int64_t)kiln_lane * {}; "
+        code_ += indent_ + fmt::format("#pragma unroll\n{}for (kiln_idx kiln_it = 0, kiln_vb = (kiln_idx)kiln_lane * {}; "
                                        "kiln_it < {}; ++kiln_it, kiln_vb += {}) {{\n", indent_, width, extent / step, step);
       } else {
-        code_ += indent_ + fmt::format("for (int64_t kiln_vb = (int64_t)kiln_lane * {0}; kiln_vb < {1}; kiln_vb += {2}) {{\n",
+        code_ += indent_ + fmt::format("for (kiln_idx kiln_vb = (kiln_idx)kiln_lane * {0}; kiln_vb < {1}; kiln_vb += {2}) {{\n",
                                        width, extent, step);
       }
       indent_ += "  ";
@@ -729,7 +786,10 @@ class KernelWriter {
       code_ += indent_ + "#pragma unroll\n" + indent_ + fmt::format("for (int kiln_vj = 0; kiln_vj < {}; ++kiln_vj) {{\n", width);
       indent_ += "  ";
       ++open_loops_;
-      code_ += indent_ + fmt::format("const int64_t {} = kiln_vb + kiln_vj;\n", var_name(var));
+      // The step's index (kiln_vs) and the element in it (kiln_vj, fixed once unrolled): index expressions of
+      // the vector variable are written in these two (vector_index).
+      code_ += indent_ + fmt::format("const kiln_idx kiln_vs = kiln_vb / {};\n", width);
+      code_ += indent_ + fmt::format("const kiln_idx {} = kiln_vb + kiln_vj;\n", var_name(var));
       vec_.var = var;
       vec_.level = open_loops_;
       return;
@@ -786,18 +846,22 @@ class KernelWriter {
     const bool bf16_bits_exact =
         cpu && !store_unrounded && s.type.dtype == DType::bf16 && half_valued(s.expr, DType::bf16, true);
     const std::string target = idx(s.target);
-    if (c_.buffered[i]) code_ += indent_ + d_.buffer(i, target) + " = " + value + ";\n";
-    if (s.output >= 0 && vector_mode_ && vec_.var >= 0 && s.local_size % c_.s.vector_width == 0 &&
+    if (c_.place[i] == RowBuffer::registers) {
+      code_ += indent_ + fmt::format("s{}_r[kiln_it][kiln_vj] = {};\n", i, value);
+    } else if (c_.buffered[i]) {
+      code_ += indent_ + d_.buffer(i, target) + " = " + value + ";\n";
+    }
+    if (s.output >= 0 && wide_ && vec_.var >= 0 && s.local_size % c_.s.vector_width == 0 &&
         contiguous_in(s.target, vec_.var, c_.s.vector_width)) {
       const std::string arr = "kiln_vout" + std::to_string(vec_.arrays++);
       vec_.pre += fmt::format("alignas(16) {} {}[{}];\n", storage_type(s.type.dtype), arr, c_.s.vector_width);
       code_ += indent_ + convert_to_storage(s.type.dtype, arr + "[kiln_vj]", value);
       vec_.post += d_.store_guard_open() +
-                   vector_copy(fmt::format("out{} + r * {}LL + {}", s.output, s.local_size, idx_at_vector_base(s.target)), arr,
+                   vector_copy(fmt::format("out{} + r * {} + {}", s.output, s.local_size, idx_at_vector_base(s.target)), arr,
                                s.type.dtype, true) +
                    d_.store_guard_close();
     } else if (s.output >= 0 && bf16_bits_exact) {
-      code_ += indent_ + fmt::format("out{}[r * {}LL + {}] = (uint16_t)(kiln_as_uint({}) >> 16);\n", s.output, s.local_size,
+      code_ += indent_ + fmt::format("out{}[r * {} + {}] = (uint16_t)(kiln_as_uint({}) >> 16);\n", s.output, s.local_size,
                                      target, value);
     } else if (s.output >= 0) {
       code_ += indent_ + d_.store_guard_open() + indent_ + store(s, target, value) + indent_ + d_.store_guard_close();
@@ -917,16 +981,19 @@ class KernelWriter {
       if (spread_threads) code_ += indent_ + d_.reduce_exchange(acc, nan, s.reduce_kind, c_.s);
       const std::string value = finalize(s, acc, flag ? nan : "");
       const std::string target = idx(s.target);
-      code_ += indent_ + d_.single_writer_open();
-      if (c_.buffered[i]) code_ += indent_ + d_.buffer(i, target) + " = " + value + ";\n";
-      if (s.output >= 0) code_ += indent_ + d_.store_guard_open() + indent_ + store(s, target, value) + indent_ + d_.store_guard_close();
-      code_ += indent_ + d_.single_writer_close();
+      if (c_.place[i] == RowBuffer::registers) code_ += indent_ + fmt::format("s{}_r = {};\n", i, value);  // every thread
+      if (c_.place[i] == RowBuffer::shared || s.output >= 0) {
+        code_ += indent_ + d_.single_writer_open();
+        if (c_.place[i] == RowBuffer::shared) code_ += indent_ + d_.buffer(i, target) + " = " + value + ";\n";
+        if (s.output >= 0) code_ += indent_ + d_.store_guard_open() + indent_ + store(s, target, value) + indent_ + d_.store_guard_close();
+        code_ += indent_ + d_.single_writer_close();
+      }
       close_all(0);
       return;
     }
     // General reduction (reduced axes not trailing): accumulate into the stage's buffer, in one thread.
     code_ += indent_ + d_.single_writer_open();
-    code_ += indent_ + fmt::format("for (int64_t kiln_i = 0; kiln_i < {}; ++kiln_i) {} = {};\n", s.local_size,
+    code_ += indent_ + fmt::format("for (kiln_idx kiln_i = 0; kiln_i < {}; ++kiln_i) {} = {};\n", s.local_size,
                                    d_.buffer(i, "kiln_i"), init_value(s.reduce_kind));
     for (size_t a = 0; a < s.space.size(); ++a) open(s, a, false);
     const std::string x = emit(s.expr);
@@ -934,7 +1001,7 @@ class KernelWriter {
     close_all(0);
     Stage finished = s;
     const std::string cell = d_.buffer(i, "kiln_i");
-    code_ += indent_ + fmt::format("for (int64_t kiln_i = 0; kiln_i < {}; ++kiln_i) {{\n", s.local_size);
+    code_ += indent_ + fmt::format("for (kiln_idx kiln_i = 0; kiln_i < {}; ++kiln_i) {{\n", s.local_size);
     code_ += indent_ + "  " + cell + " = " + finalize(s, cell, "") + ";\n";
     if (s.output >= 0) {
       code_ += indent_ + "  " + d_.store_guard_open() + store(s, "kiln_i", cell) + d_.store_guard_close();
@@ -963,6 +1030,7 @@ class KernelWriter {
   };
   static constexpr const char* kVectorPrologue = "@@kiln-vector-prologue@@\n";
   bool vector_mode_ = false;
+  bool wide_ = false;
   VectorLoop vec_;
   // CPU elementwise stages: a bf16 rounding of a product nested in the expression (not `root_`, the value the
   // stage keeps or stores) is skipped, the product stays f32 (elided_: those roundings). The result differs
@@ -976,14 +1044,36 @@ class KernelWriter {
   int open_loops_ = 0;
 };
 
-bool general_reduce(const Stage& s) {
-  if (!s.reduce) return false;
-  bool seen = false;
-  for (bool r : s.reduced_axes) {
-    if (seen && !r) return true;
-    seen = seen || r;
+// The largest magnitude any partial sum of `e` (or of an expression inside a division or modulo) can take,
+// evaluated left to right as written: a bound on the intermediate values of its C form.
+double index_magnitude(const IndexExpr& e, const VarExtents& extents) {
+  double total = std::fabs(static_cast<double>(e.constant)), inner = 0;
+  for (const IndexTerm& t : e.terms) {
+    IndexExpr atom;
+    atom.terms.push_back({1, t.atom});
+    const IndexRange r = index_range(atom, extents);
+    total += std::fabs(static_cast<double>(t.coefficient)) * std::max(std::fabs(double(r.lo)), std::fabs(double(r.hi)));
+    if (t.atom.inner) inner = std::max(inner, index_magnitude(*t.atom.inner, extents));
   }
-  return false;
+  return std::max(total, inner);
+}
+
+// CUDA: whether every index the kernel computes fits in an int with room to spare (tensor sizes, row
+// offsets, every load, read, store and select condition, also as written per vector step).
+bool indices_fit_int32(const Kernel& k, const Schedule& s) {
+  constexpr double kLimit = 1LL << 30;
+  const int64_t widest = int64_t{s.vector_width} * s.threads_per_row;
+  // Two spare variables (a vector step and the element in it) span at most what the variables they split do.
+  const VarExtents extents = [&](int v) -> int64_t { return v < static_cast<int>(k.vars.size()) ? k.extent(v) : 1 << 20; };
+  double most = static_cast<double>(k.rows + s.rows_per_task) * static_cast<double>(std::max<int64_t>(1, k.max_row_elements()) + widest);
+  for (const KernelParam& p : k.inputs) most = std::max(most, static_cast<double>(shape_numel(p.type.shape)));
+  for (const KernelParam& p : k.outputs) most = std::max(most, static_cast<double>(shape_numel(p.type.shape)));
+  for (const Expr& e : k.exprs) {
+    if (e.kind == ExprKind::load || e.kind == ExprKind::read_stage) most = std::max(most, index_magnitude(e.offset, extents));
+    if (e.kind == ExprKind::select) most = std::max(most, index_magnitude(e.condition, extents));
+  }
+  for (const Stage& st : k.stages) most = std::max(most, index_magnitude(st.target, extents));
+  return most < kLimit;
 }
 
 std::unique_ptr<Dialect> make_dialect(Target target) {
@@ -1021,12 +1111,15 @@ Result<EmittedModule> emit_module(const std::vector<KernelToEmit>& kernels, Targ
         return make_error(ErrorCode::unsupported, "kernel " + k.name + ": input %" + p.name + " is not floating");
       }
     }
-    KernelContext c{k, item.schedule, item.entry, {}, false, coarse_outputs_only(k)};
-    for (const Stage& s : k.stages) {
-      const bool kept = s.read_later && !(s.optional && !item.schedule.cache_row);
-      c.buffered.push_back(kept || general_reduce(s));
-      c.any_reduction_exchange = c.any_reduction_exchange || (s.reduce && !general_reduce(s));
+    KernelContext c{k, item.schedule, item.entry, {}, cuda_row_buffers(k, item.schedule), false, false, false, coarse_outputs_only(k)};
+    for (size_t i = 0; i < k.stages.size(); ++i) {
+      const Stage& s = k.stages[i];
+      if (target == Target::cpu && c.place[i] == RowBuffer::registers) c.place[i] = RowBuffer::shared;
+      c.buffered.push_back(c.place[i] != RowBuffer::none);
+      c.register_rows = c.register_rows || (c.place[i] == RowBuffer::registers && !s.reduce);
+      c.any_reduction_exchange = c.any_reduction_exchange || (s.reduce && !general_reduction(s));
     }
+    c.int32_indices = target == Target::cuda && indices_fit_int32(k, item.schedule);
     KernelWriter writer(c, *dialect, tables);
     bodies += fmt::format("\n// kernel {} ({} rows of {}), schedule {}\n", k.name, k.rows, shape_to_string(k.row_shape),
                           schedule_to_string(item.schedule));

@@ -133,14 +133,6 @@ KILN_FN float kiln_gelu_erf(float x) {
 }
 )";
 
-bool mentions(const IndexExpr& e, int var) {
-  for (const IndexTerm& t : e.terms) {
-    if (t.atom.kind == IndexAtom::Kind::var && t.atom.var == var) return true;
-    if (t.atom.inner && mentions(*t.atom.inner, var)) return true;
-  }
-  return false;
-}
-
 }  // namespace
 
 std::string_view cpu_math_source() { return kSource; }
@@ -194,7 +186,7 @@ std::vector<int64_t> row_block_bytes(const Kernel& k) {
         int64_t coefficient = 0;
         for (const IndexTerm& t : e.offset.terms) {
           if (t.atom.kind == IndexAtom::Kind::var && t.atom.var == rv) coefficient += t.coefficient;
-          if (t.atom.inner && mentions(*t.atom.inner, rv)) ok = false;
+          if (t.atom.inner && index_mentions(*t.atom.inner, rv)) ok = false;
         }
         ok = ok && coefficient == per_row * row_stride[a];
       }

@@ -179,6 +179,32 @@ IndexExpr index_mod(const IndexExpr& a, int64_t divisor, const VarExtents& exten
   return e;
 }
 
+IndexExpr index_substitute(const IndexExpr& e, int var, const IndexExpr& replacement, const VarExtents& extents) {
+  IndexExpr out = IndexExpr::of_constant(e.constant);
+  for (const IndexTerm& t : e.terms) {
+    IndexExpr atom;
+    switch (t.atom.kind) {
+      case IndexAtom::Kind::var: atom = t.atom.var == var ? replacement : IndexExpr::of_var(t.atom.var); break;
+      case IndexAtom::Kind::div:
+        atom = index_div(index_substitute(*t.atom.inner, var, replacement, extents), t.atom.divisor, extents);
+        break;
+      case IndexAtom::Kind::mod:
+        atom = index_mod(index_substitute(*t.atom.inner, var, replacement, extents), t.atom.divisor, extents);
+        break;
+    }
+    out = index_add(out, index_scale(atom, t.coefficient));
+  }
+  return out;
+}
+
+bool index_mentions(const IndexExpr& e, int var) {
+  for (const IndexTerm& t : e.terms) {
+    if (t.atom.kind == IndexAtom::Kind::var && t.atom.var == var) return true;
+    if (t.atom.inner && index_mentions(*t.atom.inner, var)) return true;
+  }
+  return false;
+}
+
 int64_t index_eval(const IndexExpr& e, const std::function<int64_t(int var)>& values) {
   int64_t v = e.constant;
   for (const IndexTerm& t : e.terms) {
@@ -212,7 +238,7 @@ std::string index_to_c(const IndexExpr& e, const std::function<std::string(int v
       out += " + " + term;
     }
   }
-  if (out.empty()) return std::to_string(e.constant) + "LL";
+  if (out.empty()) return std::to_string(e.constant);
   if (e.constant > 0) out += " + " + std::to_string(e.constant);
   if (e.constant < 0) out += " - " + std::to_string(-e.constant);
   return out;

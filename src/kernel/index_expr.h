@@ -59,6 +59,12 @@ struct IndexRange {
 };
 IndexRange index_range(const IndexExpr& e, const VarExtents& extents);
 
+// `e` with variable `var` replaced by `replacement`, simplified again (`extents` must cover the variables of
+// `replacement`): substituting v = 8*u + j into (2 * (v / 2) + 1) gives 8*u + 2 * (j / 2) + 1.
+IndexExpr index_substitute(const IndexExpr& e, int var, const IndexExpr& replacement, const VarExtents& extents);
+// Whether `e` mentions variable `var` (also inside a division or modulo).
+bool index_mentions(const IndexExpr& e, int var);
+
 int64_t index_eval(const IndexExpr& e, const std::function<int64_t(int var)>& values);
 // C source for the expression; `var_name` spells a variable.
 std::string index_to_c(const IndexExpr& e, const std::function<std::string(int var)>& var_name);

@@ -14,17 +14,52 @@ Error field_error(const std::string& field, const std::string& why) {
   return make_error(ErrorCode::invalid_argument, "schedule field '" + field + "' " + why);
 }
 
-// Bytes of shared memory a CUDA block's row-local buffers take, per row.
 // CUDA: the fewest rows a block of `threads_per_row`-wide rows may hold: one whole warp.
 int64_t rows_per_warp(int threads_per_row) { return std::max(1, 32 / threads_per_row); }
 
+// Bytes of shared memory a CUDA block's row-local buffers take, per row.
 int64_t local_buffer_bytes(const Kernel& k, const Schedule& s) {
   int64_t bytes = 0;
-  for (const Stage& st : k.stages) {
-    if (!st.read_later || (st.optional && !s.cache_row)) continue;
-    bytes += 4 * cuda_row_buffer_floats(st.local_size, s);
+  const std::vector<RowBuffer> place = cuda_row_buffers(k, s);
+  for (size_t i = 0; i < k.stages.size(); ++i) {
+    if (place[i] == RowBuffer::shared) bytes += 4 * cuda_row_buffer_floats(k.stages[i].local_size, s);
   }
   return bytes;
+}
+
+// Every read of a stage's buffer, as (reading stage, read expression): the reads reachable from each stage's
+// expression, through the stages recomputed where read (optional ones the schedule does not keep).
+std::vector<std::vector<std::pair<int, int>>> buffer_reads(const Kernel& k, const Schedule& s) {
+  std::vector<std::vector<std::pair<int, int>>> reads(k.stages.size());
+  for (size_t j = 0; j < k.stages.size(); ++j) {
+    std::vector<bool> seen(k.exprs.size(), false);
+    std::vector<int> todo = {k.stages[j].expr};
+    while (!todo.empty()) {
+      const int id = todo.back();
+      todo.pop_back();
+      if (id < 0 || seen[static_cast<size_t>(id)]) continue;
+      seen[static_cast<size_t>(id)] = true;
+      const Expr& e = k.exprs[static_cast<size_t>(id)];
+      if (e.kind == ExprKind::read_stage) {
+        const Stage& read = k.stages[static_cast<size_t>(e.stage)];
+        if (read.optional && !s.cache_row) {
+          todo.push_back(e.inline_fallback);
+        } else {
+          reads[static_cast<size_t>(e.stage)].push_back({static_cast<int>(j), id});
+        }
+      }
+      for (int o : e.operands) todo.push_back(o);
+    }
+  }
+  return reads;
+}
+
+bool only_var(const IndexExpr& e, int var) {
+  for (const IndexTerm& t : e.terms) {
+    if (t.atom.kind == IndexAtom::Kind::var && t.atom.var != var) return false;
+    if (t.atom.inner && !only_var(*t.atom.inner, var)) return false;
+  }
+  return true;
 }
 
 // Whether every row cache (optional stage) costs less to recompute at each read than to keep on the CPU: a
@@ -57,10 +92,103 @@ bool row_caches_are_cheap(const Kernel& k) {
 
 const char* target_name(Target target) { return target == Target::cpu ? "cpu" : "cuda"; }
 
+bool general_reduction(const Stage& stage) {
+  if (!stage.reduce) return false;
+  bool seen = false;
+  for (bool r : stage.reduced_axes) {
+    if (seen && !r) return true;
+    seen = seen || r;
+  }
+  return false;
+}
+
+std::optional<UnrolledVectorLoop> unrolled_vector_loop(const Stage& stage, const Schedule& schedule) {
+  const int width = schedule.vector_width;
+  if (width <= 1 || general_reduction(stage)) return std::nullopt;
+  size_t from = 0;
+  if (stage.reduce) {
+    while (from < stage.space.size() && !stage.reduced_axes[from]) ++from;
+  }
+  for (size_t a = stage.space.size(); a-- > from;) {
+    if (stage.space_vars[a] < 0) continue;
+    const int64_t extent = stage.space[a], step = int64_t{width} * schedule.threads_per_row;
+    if (extent % step != 0 || extent / step > 8) return std::nullopt;
+    return UnrolledVectorLoop{stage.space_vars[a], extent};
+  }
+  return std::nullopt;
+}
+
+std::optional<IndexExpr> offset_within_vector_step(const Kernel& kernel, const IndexExpr& offset, int var, int width) {
+  // var = width * u + j, u the step, j the element in it: what is left of the offset after width * u.
+  const int u = static_cast<int>(kernel.vars.size()), j = vector_lane_var(kernel);
+  const VarExtents extents = [&](int v) -> int64_t {
+    if (v == u) return std::max<int64_t>(1, kernel.extent(var) / width);
+    if (v == j) return width;
+    return kernel.extent(v);
+  };
+  const IndexExpr split = index_add(index_scale(IndexExpr::of_var(u), width), IndexExpr::of_var(j));
+  const IndexExpr within =
+      index_add(index_substitute(offset, var, split, extents), index_scale(IndexExpr::of_var(u), -width));
+  if (!only_var(within, j)) return std::nullopt;
+  const IndexRange r = index_range(within, extents);
+  if (r.lo < 0 || r.hi >= width) return std::nullopt;
+  return within;
+}
+
+int row_copy_of(const Kernel& k, int stage) {
+  const Stage& st = k.stages[static_cast<size_t>(stage)];
+  const Expr& e = k.exprs[static_cast<size_t>(st.expr)];
+  if (st.reduce || e.kind != ExprKind::read_stage) return -1;
+  const Stage& source = k.stages[static_cast<size_t>(e.stage)];
+  int var = -1, axes = 0;
+  for (int v : st.space_vars) {
+    if (v >= 0) var = v, ++axes;
+  }
+  if (source.reduce || axes != 1 || source.local_size != st.local_size || !e.offset.is_var(var) || !st.target.is_var(var)) {
+    return -1;
+  }
+  return e.stage;
+}
+
+std::vector<RowBuffer> cuda_row_buffers(const Kernel& k, const Schedule& s) {
+  std::vector<RowBuffer> place(k.stages.size(), RowBuffer::none);
+  for (size_t i = 0; i < k.stages.size(); ++i) {
+    const Stage& st = k.stages[i];
+    if ((st.read_later && !(st.optional && !s.cache_row)) || general_reduction(st)) place[i] = RowBuffer::shared;
+  }
+  if (!s.registers || s.vector_width <= 1) return place;
+  const auto reads = buffer_reads(k, s);
+  int64_t floats = 0;  // register floats per thread, over all register rows
+  for (size_t i = 0; i < k.stages.size(); ++i) {
+    const Stage& st = k.stages[i];
+    if (place[i] != RowBuffer::shared || general_reduction(st)) continue;
+    if (st.reduce) {
+      if (st.local_size == 1) place[i] = RowBuffer::registers;
+      continue;
+    }
+    const auto loop = unrolled_vector_loop(st, s);
+    int axes = 0;
+    for (int v : st.space_vars) axes += v >= 0 ? 1 : 0;
+    if (!loop || axes != 1 || loop->extent != st.local_size || !st.target.is_var(loop->var) || reads[i].empty()) continue;
+    bool own_step = true;
+    for (const auto& [reader, id] : reads[i]) {
+      const auto at = unrolled_vector_loop(k.stages[static_cast<size_t>(reader)], s);
+      own_step = own_step && at && offset_within_vector_step(k, k.exprs[static_cast<size_t>(id)].offset, at->var, s.vector_width);
+    }
+    const int source = row_copy_of(k, static_cast<int>(i));
+    const int64_t need = source >= 0 && place[static_cast<size_t>(source)] == RowBuffer::registers ? 0 : st.local_size / s.threads_per_row;
+    if (own_step && floats + need <= 64) {
+      place[i] = RowBuffer::registers;
+      floats += need;
+    }
+  }
+  return place;
+}
+
 std::string schedule_to_json(const Schedule& s) {
   const nlohmann::json j = {{"rows_per_task", s.rows_per_task}, {"threads", s.threads},
                             {"threads_per_row", s.threads_per_row}, {"vector_width", s.vector_width},
-                            {"cache_row", s.cache_row}, {"unroll", s.unroll}};
+                            {"cache_row", s.cache_row}, {"unroll", s.unroll}, {"registers", s.registers}};
   return j.dump();
 }
 
@@ -97,10 +225,13 @@ Result<Schedule> schedule_from_json(const std::string& text) {
     } else if (key == "cache_row") {
       if (!value.is_boolean()) return make_error(ErrorCode::parse_error, "schedule field 'cache_row' must be a boolean");
       s.cache_row = value.get<bool>();
+    } else if (key == "registers") {
+      if (!value.is_boolean()) return make_error(ErrorCode::parse_error, "schedule field 'registers' must be a boolean");
+      s.registers = value.get<bool>();
     } else {
       return make_error(ErrorCode::parse_error,
                         "unknown schedule field '" + key +
-                            "' (fields: rows_per_task, threads, threads_per_row, vector_width, cache_row, unroll)");
+                            "' (fields: rows_per_task, threads, threads_per_row, vector_width, cache_row, unroll, registers)");
     }
   }
   return s;
@@ -114,8 +245,8 @@ int64_t cuda_row_buffer_floats(int64_t local_size, const Schedule& s) {
 }
 
 std::string schedule_to_string(const Schedule& s) {
-  return fmt::format("rows={} threads={} tpr={} vec={} {} unroll={}", s.rows_per_task, s.threads, s.threads_per_row,
-                     s.vector_width, s.cache_row ? "cache" : "reread", s.unroll);
+  return fmt::format("rows={} threads={} tpr={} vec={} {} unroll={}{}", s.rows_per_task, s.threads, s.threads_per_row,
+                     s.vector_width, s.cache_row ? "cache" : "reread", s.unroll, s.registers ? "" : " smem");
 }
 
 Status can_implement(const Kernel& k, const Schedule& s, Target target) {
@@ -246,7 +377,14 @@ std::vector<Schedule> schedule_space(const Kernel& k, Target target, int cores) 
       for (int vec : {1, 2, 4, 8}) {
         for (bool cache : caches) {
           Schedule s{rpt, 1, tpr, vec, cache, 1};
-          if (can_implement(k, s, target).ok()) out.push_back(s);
+          if (!can_implement(k, s, target).ok()) continue;
+          out.push_back(s);
+          // The same rows with every buffer in shared memory, where some would be in registers.
+          const std::vector<RowBuffer> place = cuda_row_buffers(k, s);
+          s.registers = false;
+          if (std::count(place.begin(), place.end(), RowBuffer::registers) > 0 && can_implement(k, s, target).ok()) {
+            out.push_back(s);
+          }
         }
       }
     }

@@ -10,8 +10,12 @@
 //                    CUDA) instead of recomputing them from memory (CPU default: off when recomputing is a
 //                    few loads, conversions and adds)
 //   unroll           unroll factor of the innermost loop
+//   registers        CUDA: a row buffer whose every element is read only by the thread that wrote it (the
+//                    same vector step of a row of a fixed number of steps) lives in that thread's registers,
+//                    not shared memory: no barrier, no bank to share (cuda_row_buffers)
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,6 +30,7 @@ struct Schedule {
   int vector_width = 8;
   bool cache_row = true;
   int unroll = 1;
+  bool registers = true;
   bool operator==(const Schedule& other) const = default;
 };
 
@@ -44,6 +49,35 @@ std::string schedule_to_string(const Schedule& schedule);  // "rows=4 threads=2 
 // warp (threads_per_row < 32) are `threads_per_row` words apart beyond that, so they fall in other banks too.
 // A one-element buffer (a reduction's value) stays one float.
 int64_t cuda_row_buffer_floats(int64_t local_size, const Schedule& schedule);
+
+// A reduction whose reduced axes are not the trailing ones: accumulated into its buffer by one thread.
+bool general_reduction(const Stage& stage);
+
+// CUDA: where each stage's row-local buffer lives under `schedule`. `registers` holds a stage's elements in
+// an array per thread, indexed by the vector step and the element within it, both fixed once the step loops
+// are unrolled: only for a one-axis stage stored at its loop point whose readers each read, at every loop
+// point, an element of their own vector step (the RoPE pair partner included), at most 64 floats a thread
+// in all; a reduction's one value per row, which every thread of the row holds after the exchange, too.
+enum class RowBuffer : uint8_t { none, shared, registers };
+std::vector<RowBuffer> cuda_row_buffers(const Kernel& kernel, const Schedule& schedule);
+// The stage whose row `stage` copies element for element (its expression reads that stage at its own loop
+// point: the f32 cast of a row already kept in f32), or -1. A copy of a row in registers is that row.
+int row_copy_of(const Kernel& kernel, int stage);
+
+// The stage's vector loop on CUDA, when it is written as a fixed number of unrolled steps of
+// `vector_width` elements per thread: its variable (the innermost spread axis; for a reduction, of the
+// reduced axes) and extent. The emitter writes exactly these loops with a step counter kiln_it.
+struct UnrolledVectorLoop {
+  int var = -1;
+  int64_t extent = 0;
+};
+std::optional<UnrolledVectorLoop> unrolled_vector_loop(const Stage& stage, const Schedule& schedule);
+
+// Where a read at `offset` by a loop over `var` (steps of `width` elements from multiples of `width`) lands
+// within the reader's own step: an expression in the variable `vector_lane_var(kernel)` (the reader's index
+// in its step, 0..width-1) with values in 0..width-1, or nullopt when the element may lie in another step.
+std::optional<IndexExpr> offset_within_vector_step(const Kernel& kernel, const IndexExpr& offset, int var, int width);
+inline int vector_lane_var(const Kernel& kernel) { return static_cast<int>(kernel.vars.size()) + 1; }
 
 // Whether `schedule` is valid for `kernel` on `target`; the error names the field and the limit.
 Status can_implement(const Kernel& kernel, const Schedule& schedule, Target target);

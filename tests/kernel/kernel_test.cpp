@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -392,6 +393,8 @@ TEST(KernelEmit, CudaDialectCompilesWithNvcc) {
     std::vector<std::string> names;
     for (size_t i = 0; i < kernels.size(); ++i) {
       std::vector<Schedule> schedules = {default_schedule(kernels[i], Target::cuda, 132)};
+      schedules.push_back(schedules[0]);
+      schedules.back().registers = false;  // every row buffer in shared memory
       for (int vec : {1, 2, 4, 8}) schedules.push_back(Schedule{1, 1, i % 2 ? 64 : 256, vec, true, 1});
       // Rows narrower than a warp: several rows per warp, the reduction's shuffles within each row's lanes.
       schedules.push_back(Schedule{8, 1, 16, 8, true, 1});
@@ -442,6 +445,64 @@ TEST(KernelEmit, CudaConcatOverRowsBranchesPerRow) {
   EXPECT_NE(src.find("((const uint4*)(in1 +", body), std::string::npos) << src.substr(body);
 }
 
+// q/k RMSNorm + RoPE of a FLUX.1 head (128 values: 16 threads x 8 rows a block): the row and its mean square
+// live in registers, the RoPE pair partner is read from the thread's own vector step, so there is no shared
+// memory and no barrier; indices are 32-bit and the pair's element choice is fixed per unrolled element (no
+// clamped loads). With `registers` off, the same kernel keeps its rows in shared memory behind barriers.
+TEST(KernelEmit, CudaRowsLiveInRegistersWhereTheirThreadReadsThem) {
+  auto model = models::build_zoo_model("flux1-double-block");
+  ASSERT_TRUE(model.ok());
+  auto optimized = passes::run_pipeline(*model);
+  ASSERT_TRUE(optimized.ok());
+  std::optional<Kernel> qk;
+  for (const passes::FusedGroup& fg : passes::collect_fused_groups(optimized->graph)) {
+    if (optimized->graph.node_label(fg.members[0]).find("img_attn.norm/reshape") == std::string::npos) continue;
+    auto k = lower_nodes(optimized->graph, fg.members, "qk");
+    ASSERT_TRUE(k.ok()) << k.error().message;
+    qk = std::move(*k);
+    break;
+  }
+  ASSERT_TRUE(qk.has_value());
+  Schedule s = default_schedule(*qk, Target::cuda, 132);
+  EXPECT_EQ(s.threads_per_row, 16);
+  EXPECT_EQ(s.vector_width, 8);
+  auto count = [](const std::vector<RowBuffer>& place, RowBuffer b) { return std::count(place.begin(), place.end(), b); };
+  EXPECT_GE(count(cuda_row_buffers(*qk, s), RowBuffer::registers), 2) << kernel_to_text(*qk);
+  EXPECT_EQ(count(cuda_row_buffers(*qk, s), RowBuffer::shared), 0) << kernel_to_text(*qk);
+  auto module = emit_module({{&*qk, s, "kern"}}, Target::cuda);
+  ASSERT_TRUE(module.ok()) << module.error().message;
+  std::string body = module->source.substr(module->source.find("extern \"C\""));
+  EXPECT_EQ(body.find("__shared__"), std::string::npos) << body;
+  EXPECT_EQ(body.find("__syncthreads"), std::string::npos) << body;
+  EXPECT_EQ(body.find("kiln_clamp("), std::string::npos) << body;
+  EXPECT_NE(body.find("typedef int kiln_idx;"), std::string::npos) << body;
+  EXPECT_NE(body.find("_r[kiln_it][2*((kiln_vj) / 2) + 1]"), std::string::npos) << body;
+  EXPECT_NE(body.find("(((kiln_vj) % 2)) < 1 ?"), std::string::npos) << body;
+
+  s.registers = false;
+  EXPECT_EQ(count(cuda_row_buffers(*qk, s), RowBuffer::registers), 0);
+  module = emit_module({{&*qk, s, "kern"}}, Target::cuda);
+  ASSERT_TRUE(module.ok()) << module.error().message;
+  body = module->source.substr(module->source.find("extern \"C\""));
+  EXPECT_NE(body.find("__shared__ float s0["), std::string::npos) << body;
+  EXPECT_NE(body.find("__syncthreads"), std::string::npos) << body;
+}
+
+// Indices are 64-bit where a tensor of the kernel has 2^30 elements or more.
+TEST(KernelEmit, CudaIndicesWidenForHugeTensors) {
+  for (const auto& [tokens, type] : {std::pair<int64_t, const char*>{4096, "int"}, {40000, "long long"}}) {
+    Graph g;
+    const ValueId x = *g.add_input("x", {DType::bf16, {1, tokens, 32768}}, Binding::per_call);
+    const ValueId y = (*g.add_node(Op::silu, {x}, {}, {"y"}))[0];
+    ASSERT_TRUE(g.add_output("y", y).ok());
+    auto k = lower_nodes(g, {0}, "big");
+    ASSERT_TRUE(k.ok()) << k.error().message;
+    auto module = emit_module({{&*k, default_schedule(*k, Target::cuda, 132), "kern"}}, Target::cuda);
+    ASSERT_TRUE(module.ok()) << module.error().message;
+    EXPECT_NE(module->source.find(fmt::format("typedef {} kiln_idx;", type)), std::string::npos) << tokens;
+  }
+}
+
 // The CUDA row buffers' permutation, as emitted: the `kiln_at` line of a generated kernel is compiled for the
 // host and checked to be one-to-one into the buffer it indexes, and to put the 32 threads of a warp into 32
 // different banks at every vector step (with a vec-way conflict per access, the H200's LN+modulate kernel
@@ -452,9 +513,9 @@ TEST(KernelEmit, CudaRowBuffersAreOneToOneAndBankConflictFree) {
   const Kernel& k = fk->second;
   const std::string dir = harness::make_scratch_dir("", "cuda-buffers");
   std::string checks;
-  for (const Schedule& s : {Schedule{1, 1, 32, 8, true, 1}, Schedule{1, 1, 128, 4, true, 1},
-                            Schedule{8, 1, 16, 8, true, 1}, Schedule{8, 1, 4, 2, true, 1},
-                            Schedule{2, 1, 64, 1, true, 1}}) {
+  for (const Schedule& s : {Schedule{1, 1, 32, 8, true, 1, false}, Schedule{1, 1, 128, 4, true, 1, false},
+                            Schedule{8, 1, 16, 8, true, 1, false}, Schedule{8, 1, 4, 2, true, 1, false},
+                            Schedule{2, 1, 64, 1, true, 1, false}}) {
     ASSERT_TRUE(can_implement(k, s, Target::cuda).ok()) << schedule_to_string(s);
     auto module = emit_module({{&k, s, "kern"}}, Target::cuda);
     ASSERT_TRUE(module.ok()) << module.error().message;
@@ -467,6 +528,7 @@ TEST(KernelEmit, CudaRowBuffersAreOneToOneAndBankConflictFree) {
   std::ofstream(dir + "/check.cpp") << R"(#include <cstdint>
 #include <cstdio>
 #include <set>
+typedef int kiln_idx;  // as in a kernel whose indices fit in 32 bits
 template <class F> bool check(F at, int64_t n, int64_t size, int64_t tpr, int64_t vec, int64_t rows) {
   std::set<int64_t> seen;
   for (int64_t o = 0; o < n; ++o) {
