@@ -53,6 +53,86 @@ int64_t normalized_axis(int64_t axis, size_t rank) { return axis < 0 ? axis + st
 // fewer row axes. Caught only in lower_nodes.
 struct RowMismatch {};
 
+void mentioned_vars(const IndexExpr& e, std::set<int>& out) {
+  for (const IndexTerm& t : e.terms) {
+    if (t.atom.kind == IndexAtom::Kind::var) out.insert(t.atom.var);
+    if (t.atom.inner) mentioned_vars(*t.atom.inner, out);
+  }
+}
+
+// Every point of `vars` (row-major over their extents), as a variable -> value map; false past `limit`.
+template <typename F>
+bool for_each_point(const Kernel& k, const std::set<int>& vars, int64_t limit, const F& f) {
+  int64_t points = 1;
+  for (int v : vars) points *= k.extent(v);
+  if (points > limit) return false;
+  std::map<int, int64_t> at;
+  for (int64_t p = 0; p < points; ++p) {
+    int64_t rest = p;
+    for (int v : vars) {
+      at[v] = rest % k.extent(v);
+      rest /= k.extent(v);
+    }
+    f([&](int v) { auto it = at.find(v); return it == at.end() ? int64_t{0} : it->second; });
+  }
+  return true;
+}
+
+// Bytes the kernel reads from its inputs: each input's distinct elements its loads touch, not the whole
+// tensor (a norm over the q third of a QKV GEMM's output reads a third of it). A load's offset is taken as a
+// row part (its row variables, the local ones at 0) plus a local part: loads of one input with the same row
+// part read the union of their local parts in each row, over the distinct rows of the input they reach (a
+// concat piece's guarded loads wrap onto its own rows for the other pieces' rows). Where the points are too many to
+// count (2^16 per row, 2^20 rows), the whole input. Capped at the input's size.
+double input_bytes_read(const Kernel& k) {
+  const std::set<int> row(k.row_vars.begin(), k.row_vars.end());
+  struct Reads {
+    std::set<int> rows;
+    IndexExpr row_part;
+    std::set<int64_t> locals;  // offsets past the row part
+  };
+  std::map<std::pair<int, std::string>, Reads> reads;  // (input, row part) -> what its loads read
+  std::set<int> whole;
+  for (const Expr& e : k.exprs) {
+    if (e.kind != ExprKind::load) continue;
+    std::set<int> vars, rows, locals;
+    mentioned_vars(e.offset, vars);
+    for (int v : vars) (row.count(v) ? rows : locals).insert(v);
+    IndexExpr row_part = e.offset;
+    for (int v : locals) row_part = index_substitute(row_part, v, IndexExpr::of_constant(0), [&](int x) { return k.extent(x); });
+    row_part.constant = 0;
+    Reads& r = reads[{e.param, index_key(row_part)}];
+    r.rows = rows;
+    r.row_part = row_part;
+    const bool counted = for_each_point(k, locals, 1 << 16, [&](const auto& at) {
+      r.locals.insert(index_eval(e.offset, at) - index_eval(row_part, at));
+    });
+    if (!counted) whole.insert(e.param);
+  }
+  std::vector<double> elements(k.inputs.size(), 0);
+  for (const auto& [key, r] : reads) {
+    if (whole.count(key.first) || r.locals.empty()) continue;
+    const int64_t numel = shape_numel(k.inputs[static_cast<size_t>(key.first)].type.shape);
+    const int64_t first = *r.locals.begin();
+    std::set<int64_t> bases;  // distinct rows of the input read (a guarded load wraps onto rows it reads anyway)
+    const bool counted = for_each_point(k, r.rows, 1 << 20, [&](const auto& at) {
+      const int64_t base = index_eval(r.row_part, at) + first;
+      if (base >= 0 && base < numel) bases.insert(base);
+    });
+    const auto in_range = static_cast<int64_t>(bases.size());
+    double spans = 1;
+    for (int v : r.rows) spans *= static_cast<double>(k.extent(v));
+    elements[static_cast<size_t>(key.first)] += static_cast<double>(r.locals.size()) * (counted ? static_cast<double>(in_range) : spans);
+  }
+  double bytes = 0;
+  for (size_t i = 0; i < k.inputs.size(); ++i) {
+    const double numel = static_cast<double>(shape_numel(k.inputs[i].type.shape));
+    const double read = whole.count(static_cast<int>(i)) ? numel : std::min(numel, elements[i]);
+    bytes += read * static_cast<double>(dtype_size(k.inputs[i].type.dtype));
+  }
+  return bytes;
+}
+
 class Lowerer {
  public:
   Lowerer(const Graph& g, const std::vector<NodeId>& members, size_t row_axes, const std::string& name)
@@ -93,6 +173,7 @@ class Lowerer {
       KILN_TRY(build_stage(k_.stages[i]));
     }
     if (error_) return *error_;
+    k_.bytes += input_bytes_read(k_);
     return std::move(k_);
   }
 
@@ -203,7 +284,6 @@ class Lowerer {
     if (it != input_of_.end()) return it->second;
     const int id = static_cast<int>(k_.inputs.size());
     k_.inputs.push_back({v, g_.value(v).name, g_.value(v).type});
-    k_.bytes += static_cast<double>(type_bytes(g_.value(v).type));
     input_of_[v] = id;
     return id;
   }

@@ -70,20 +70,39 @@ class ViewCanonicalizer {
       for (ValueId v : node.inputs) inputs.push_back(map[v]);
       std::vector<std::string> names;
       for (ValueId v : node.outputs) names.push_back(source_.value(v).name);
-      if (is_index_map_view(node.op) && node.outputs.size() == 1 && inputs.size() == 1) {
-        Candidate c = compose(out, node, inputs[0]);
-        const TensorType& result = source_.value(node.outputs[0]).type;
+      // One view with one input and output, composed and simplified; false: emit `node` as it is.
+      auto one_view = [&](Op op, const Attrs& attrs, ValueId result_value, const std::string& name, bool always) {
+        Candidate c = compose(out, op, attrs, source_.value(result_value).type.shape, inputs[0]);
+        const TensorType& result = source_.value(result_value).type;
         if (is_identity(out, c, result)) {
-          map[node.outputs[0]] = c.input;
-          ++report_.found[c.pattern.empty() ? "identity " + std::string(op_name(node.op)) + " removed"
+          map[result_value] = c.input;
+          ++report_.found[c.pattern.empty() ? "identity " + std::string(op_name(op)) + " removed"
                                             : c.pattern + " = identity, removed"];
-          continue;
+          return true;
         }
-        if (!c.pattern.empty()) {
-          ++report_.found[c.pattern];
-          map[node.outputs[0]] = emit(out, c.op, {c.input}, c.attrs, names, node.group)[0];
-          continue;
+        if (c.pattern.empty() && !always) return false;
+        if (!c.pattern.empty()) ++report_.found[c.pattern];
+        map[result_value] = emit(out, c.op, {c.input}, c.attrs, {name}, node.group)[0];
+        return true;
+      };
+      if (node.op == Op::split && node.outputs.size() > 1) {
+        // One slice per piece, so that each piece goes where its own readers are (the q and k of a QKV
+        // GEMM's output into their norm kernels, v into attention's concat) rather than all together.
+        const Shape& in_shape = out.value(inputs[0]).type.shape;
+        const int64_t axis = normalized_axis(node, in_shape);
+        int64_t start = 0;
+        for (size_t i = 0; i < node.outputs.size(); ++i) {
+          const int64_t length = source_.value(node.outputs[i]).type.shape[static_cast<size_t>(axis)];
+          one_view(Op::slice, slice_attrs({axis, start, length, 1}, in_shape[static_cast<size_t>(axis)]), node.outputs[i],
+                   names[i], true);
+          start += length;
         }
+        ++report_.found["split -> one slice per piece"];
+        continue;
+      }
+      if (is_index_map_view(node.op) && node.outputs.size() == 1 && inputs.size() == 1 &&
+          one_view(node.op, node.attrs, node.outputs[0], names[0], false)) {
+        continue;
       }
       const std::vector<ValueId> outs = emit(out, node.op, inputs, node.attrs, names, node.group);
       for (size_t i = 0; i < outs.size(); ++i) map[node.outputs[i]] = outs[i];
@@ -104,11 +123,10 @@ class ViewCanonicalizer {
     return *outs;
   }
 
-  // `node` (a one-input, one-output view of the source) reading target value `in`, composed with the views
-  // that produce `in` for as long as they are of a kind it composes with.
-  Candidate compose(const Graph& out, const Node& node, ValueId in) {
-    Candidate c{node.op, in, node.attrs, ""};
-    const Shape& result = source_.value(node.outputs[0]).type.shape;
+  // A one-input, one-output view (`op`, `attrs`, result shape `result`) reading target value `in`, composed
+  // with the views that produce `in` for as long as they are of a kind it composes with.
+  Candidate compose(const Graph& out, Op op, const Attrs& attrs, const Shape& result, ValueId in) {
+    Candidate c{op, in, attrs, ""};
     for (;;) {
       Candidate next = compose_once(out, c, result);
       if (next.pattern.empty()) return c;
@@ -153,24 +171,16 @@ class ViewCanonicalizer {
       for (size_t i = 0; i < outer.size(); ++i) perm[i] = inner[static_cast<size_t>(outer[i])];  // out[i] = x[inner[outer[i]]]
       return Candidate{Op::transpose, root, {{"perm", perm}}, "transpose∘transpose"};
     }
-    if (c.op == Op::slice && (producer.op == Op::slice || producer.op == Op::split)) {
+    // (Splits are slices by now: compose_and_simplify writes one slice per piece.)
+    if (c.op == Op::slice && producer.op == Op::slice) {
       const Shape& root_shape = out.value(root).type.shape;
       Node as_node;
       as_node.attrs = c.attrs;
       const SliceForm outer = slice_form(as_node, in_shape);
-      SliceForm inner;
-      if (producer.op == Op::slice) {
-        inner = slice_form(producer, root_shape);
-      } else {
-        inner.axis = normalized_axis(producer, root_shape);
-        const std::vector<int64_t> sizes = producer.attrs.get_ints("sizes");
-        for (size_t i = 0; i < producer.outputs.size() && producer.outputs[i] != in; ++i) inner.start += sizes[i];
-        inner.length = in_shape[static_cast<size_t>(inner.axis)];
-      }
+      const SliceForm inner = slice_form(producer, root_shape);
       if (inner.axis != outer.axis) return c;
       SliceForm composed{outer.axis, inner.start + outer.start * inner.step, outer.length, inner.step * outer.step};
-      return Candidate{Op::slice, root, slice_attrs(composed, root_shape[static_cast<size_t>(outer.axis)]),
-                       std::string(producer.op == Op::slice ? "slice∘slice" : "slice∘split")};
+      return Candidate{Op::slice, root, slice_attrs(composed, root_shape[static_cast<size_t>(outer.axis)]), "slice∘slice"};
     }
     return c;
   }
@@ -241,6 +251,8 @@ Graph push_views_into_groups(const Graph& g, PassReport& report) {
           groups.insert(reader.group);
         } else if (!target[r].empty()) {
           groups.insert(target[r].begin(), target[r].end());
+        } else if (reader.group >= 0 && is_index_map_view(reader.op)) {
+          groups.insert(reader.group);  // a view that stays runs as its group's copy kernel: it loads through n
         } else {
           ok = false;
         }

@@ -21,6 +21,17 @@ double median_of(std::vector<double> v) {
   return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
+// The step's own device time (profile.h), or 0 when the backend cannot capture or time it.
+double kernel_time(backend::Plan& plan, backend::Backend& backend, size_t step) {
+  auto replay = backend.capture([&]() -> Status {
+    for (int i = 0; i < kKernelRepeats; ++i) KILN_TRY(plan.execute_step(step));
+    return ok_status();
+  });
+  if (!replay.ok()) return 0;
+  auto timing = backend.time(*replay, {1, 5});
+  return timing.ok() ? timing->median_seconds / kKernelRepeats : 0;
+}
+
 }  // namespace
 
 Result<PlanProfile> profile_plan(backend::Plan& plan, backend::Backend& backend, const ProfileOptions& options) {
@@ -54,9 +65,10 @@ Result<PlanProfile> profile_plan(backend::Plan& plan, backend::Backend& backend,
     sp.seconds = median_of(samples);
     sp.start_seconds = offset;
     offset += sp.seconds;
+    if (options.kernel_times && steps[s].kind != backend::Plan::Step::Kind::fallback) sp.kernel_seconds = kernel_time(plan, backend, s);
     const OpCost cost = step_cost(plan.graph(), steps[s]);
     sp.roofline = roofline_point(cost.flops, cost.bytes, profile.device);
-    sp.headroom = sp.roofline.floor_seconds > 0 ? sp.seconds / sp.roofline.floor_seconds : 0;
+    sp.headroom = sp.roofline.floor_seconds > 0 ? sp.device_seconds() / sp.roofline.floor_seconds : 0;
     profile.steps_seconds += sp.seconds;
     profile.class_seconds[static_cast<int>(sp.op_class)] += sp.seconds;
     profile.steps.push_back(std::move(sp));

@@ -8,6 +8,11 @@
 // synchronized run shows them); a step's figure is the median over repetitions. The sum of the step figures
 // is therefore above the end-to-end time of the plan run as deployed, which the optimize loop measures
 // separately (Backend::capture).
+//
+// Each step's own device time is measured too (kernel_seconds): the step launched kKernelRepeats times in a
+// row, captured as the backend deploys work (a CUDA graph on GPUs), replayed and divided, so launch and
+// synchronization costs drop out. The roofline headroom is taken from it where it was measured; a step that
+// cannot be captured (a reference fallback copies to the host) keeps the synchronized figure.
 #pragma once
 
 #include <array>
@@ -22,7 +27,9 @@ namespace kiln::profile {
 struct ProfileOptions {
   int warmup = 1;       // whole-plan runs before timing
   int repetitions = 5;  // timed runs; a step's figure is the median
+  bool kernel_times = true;  // also measure each step's own device time (kernel_seconds)
 };
+constexpr int kKernelRepeats = 8;
 
 struct StepProfile {
   size_t index = 0;
@@ -31,10 +38,13 @@ struct StepProfile {
   OpClass op_class = OpClass::elementwise;
   int nodes = 0;
   double seconds = 0;        // median over repetitions
+  double kernel_seconds = 0; // the step's own device time (see above), or 0 where not measured
   double start_seconds = 0;  // the steps before it laid end to end at their figures (the trace's timeline)
   RooflinePoint roofline;
   double share = 0;     // seconds / PlanProfile::steps_seconds
-  double headroom = 0;  // seconds / roofline.floor_seconds (0 when the step has no work to bound it)
+  double headroom = 0;  // (kernel_seconds, else seconds) / roofline.floor_seconds (0 without work to bound it)
+  // The time the roofline judges: kernel_seconds where measured, else seconds.
+  double device_seconds() const { return kernel_seconds > 0 ? kernel_seconds : seconds; }
 };
 
 struct PlanProfile {

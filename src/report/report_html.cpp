@@ -171,13 +171,14 @@ std::string section_roofline(const json& report) {
                   ", " + fmt::format("{:.4g} GFLOP/s", report["device"]["flops_per_second"].get<double>() / 1e9) +
                   " (measured). Orange: memory-bound, blue: compute-bound; area by share of time.</p>" +
                   roofline_svg(report);
-  s += "<h2>Hottest steps of the final plan</h2><table><tr><th>step</th><th>class</th><th>time</th><th>share</th>"
-       "<th>bound</th><th>floor</th><th>headroom</th></tr>";
+  s += "<h2>Hottest steps of the final plan</h2><table><tr><th>step</th><th>class</th><th>time</th><th>alone, "
+       "replayed</th><th>share</th><th>bound</th><th>floor</th><th>headroom</th></tr>";
   for (size_t i = 0; i < report["hot_steps"].size(); ++i) {
     const json& h = report["hot_steps"][i];
     const std::string p = fmt::format("/hot_steps/{}", i);
     s += "<tr>" + text_cell(h["label"].get<std::string>()) + text_cell(h["class"].get<std::string>()) +
-         figure(report, p + "/seconds", Unit::ms) + figure(report, p + "/share", Unit::percent) +
+         figure(report, p + "/seconds", Unit::ms) + figure(report, p + "/kernel_seconds", Unit::ms) +
+         figure(report, p + "/share", Unit::percent) +
          text_cell(h["bound"].get<std::string>()) + figure(report, p + "/floor_seconds", Unit::ms) +
          figure(report, p + "/headroom", Unit::ratio) + "</tr>";
   }

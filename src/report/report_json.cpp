@@ -12,11 +12,12 @@ nlohmann::json step_json(const profile::StepProfile& s) {
           {"kind", s.kind},
           {"class", std::string(op_class_name(s.op_class))},
           {"seconds", s.seconds},
+          {"kernel_seconds", s.kernel_seconds},
           {"share", s.share},
           {"flops", s.roofline.flops},
           {"bytes", s.roofline.bytes},
           {"intensity", s.roofline.intensity()},
-          {"achieved_flops_per_second", s.seconds > 0 ? s.roofline.flops / s.seconds : 0.0},
+          {"achieved_flops_per_second", s.device_seconds() > 0 ? s.roofline.flops / s.device_seconds() : 0.0},
           {"floor_seconds", s.roofline.floor_seconds},
           {"bound", std::string(bound_name(s.roofline.bound))},
           {"headroom", s.headroom}};

@@ -48,6 +48,9 @@ TEST(ProfilePlan, StepsCoverThePlanAndAddUp) {
   for (const profile::StepProfile& s : p->steps) {
     EXPECT_GT(s.seconds, 0) << s.label;
     EXPECT_GT(s.roofline.bytes, 0) << s.label;
+    // Each step's own time, replayed without a synchronization per launch, and the headroom it gives.
+    EXPECT_GT(s.kernel_seconds, 0) << s.label;
+    EXPECT_DOUBLE_EQ(s.headroom, s.kernel_seconds / s.roofline.floor_seconds) << s.label;
     shares += s.share;
     if (s.op_class == OpClass::matmul) {
       ++matmuls;
@@ -60,6 +63,11 @@ TEST(ProfilePlan, StepsCoverThePlanAndAddUp) {
   EXPECT_NEAR(shares, 1.0, 1e-9);
   EXPECT_NEAR(classes, p->steps_seconds, 1e-12);
   EXPECT_FALSE((*plan)->execute_step(p->steps.size()).ok());
+  profile::ProfileOptions host_only{1, 3};
+  host_only.kernel_times = false;
+  auto q = profile::profile_plan(**plan, cpu, host_only);
+  ASSERT_TRUE(q.ok()) << q.error().message;
+  for (const profile::StepProfile& s : q->steps) EXPECT_EQ(s.kernel_seconds, 0) << s.label;
 }
 
 TEST(ProfileTrace, OneCompleteEventPerStepOnItsTrack) {
