@@ -66,7 +66,13 @@ Result<PlanProfile> profile_plan(backend::Plan& plan, backend::Backend& backend,
     sp.start_seconds = offset;
     offset += sp.seconds;
     if (options.kernel_times && steps[s].kind != backend::Plan::Step::Kind::fallback) sp.kernel_seconds = kernel_time(plan, backend, s);
-    const OpCost cost = step_cost(plan.graph(), steps[s]);
+    OpCost cost = step_cost(plan.graph(), steps[s]);
+    // A generated kernel's bytes as its lowering counts them: the elements its loads touch (a norm reading the
+    // q third of a QKV GEMM's output reads that third), not its input tensors whole.
+    const int ki = steps[s].kernel_index;
+    if (steps[s].kind == backend::Plan::Step::Kind::kernel && ki >= 0 && static_cast<size_t>(ki) < plan.kernels().size()) {
+      cost.bytes = plan.kernels()[static_cast<size_t>(ki)].kernel.bytes;
+    }
     sp.roofline = roofline_point(cost.flops, cost.bytes, profile.device);
     sp.headroom = sp.roofline.floor_seconds > 0 ? sp.device_seconds() / sp.roofline.floor_seconds : 0;
     profile.steps_seconds += sp.seconds;
