@@ -465,6 +465,9 @@ TEST(KernelEmit, CudaRowsLiveInRegistersWhereTheirThreadReadsThem) {
     break;
   }
   ASSERT_TRUE(qk.has_value());
+  // Its bytes are what its loads touch: the q third of the QKV GEMM's output (loaded through a slice), the
+  // image rows of cos and sin, the norm weight, and the output; not the GEMM's whole output.
+  EXPECT_EQ(qk->bytes, 2.0 * (24 * 4096 * 128 * 2) + 2.0 * (4096 * 64 * 4) + 128 * 4) << kernel_to_text(*qk);
   Schedule s = default_schedule(*qk, Target::cuda, 132);
   EXPECT_EQ(s.threads_per_row, 16);
   EXPECT_EQ(s.vector_width, 8);
