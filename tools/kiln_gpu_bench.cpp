@@ -5,6 +5,8 @@
 //   - with --tune-plan SPEC: every distinct generated kernel of the model's fused plan searched over its CUDA
 //     schedule space (each candidate checked against the reference, then timed), its best time against the
 //     copy bandwidth, and the plan rebuilt with the winners, timed as deployed (CUDA graph).
+//   - with --plan SPEC: the model's unfused and fused plans timed (stream and CUDA graph), each generated
+//     kernel printed with its group (kiln_kN is what ncu names it); --fused-only skips the unfused plan.
 // Writes JSON (bench/gpu/run.sh keeps it under bench/results/). Benchmarks, not tests.
 #include <fmt/format.h>
 
@@ -270,7 +272,7 @@ json bench_attention(const Kernels& k, const DeviceInfo& info, CUstream stream, 
 
 // A zoo model's plan on the CUDA backend, end to end (no CUDA graph yet): kiln's full pipeline against the
 // same graph with fusion turned off (one generated kernel per primitive), both timed with CUDA events.
-json bench_plan(const std::string& spec, int reps) {
+json bench_plan(const std::string& spec, int reps, bool fused_only) {
   json row = {{"model", spec}};
   auto model = models::build_zoo_model(spec);
   if (!model.ok()) return row["error"] = model.error().message, row;
@@ -286,6 +288,13 @@ json bench_plan(const std::string& spec, int reps) {
     auto timing = gpu.time([&] { return (*plan)->execute(); }, {3, reps});
     if (!timing.ok()) return json{{"error", timing.error().message}};
     const backend::PlanSummary& s = (*plan)->summary();
+    // Which generated kernel is which group (kiln_kN is what a profiler such as ncu names it).
+    for (const backend::Plan::Step& step : (*plan)->steps()) {
+      if (step.kind != backend::Plan::Step::Kind::kernel || step.kernel_index < 0) continue;
+      const auto& pk = (*plan)->kernels()[static_cast<size_t>(step.kernel_index)];
+      std::printf("  %s %-8s %-40s rows %lld, %.1f MB, %s\n", pk.entry.c_str(), name, step.label.substr(0, 40).c_str(),
+                  static_cast<long long>(pk.kernel.rows), pk.kernel.bytes / 1e6, kernel::schedule_to_string(pk.schedule).c_str());
+    }
     // As deployed: the same launches captured once into a CUDA graph and replayed.
     double graph_ms = -1;
     std::string graph_error;
@@ -307,7 +316,7 @@ json bench_plan(const std::string& spec, int reps) {
   };
   passes::PipelineOptions unfused;
   unfused.disabled = {"fuse-rows", "fold-epilogues"};
-  row["unfused"] = measure("unfused", unfused);
+  if (!fused_only) row["unfused"] = measure("unfused", unfused);
   row["fused"] = measure("fused", {});
   return row;
 }
@@ -426,7 +435,7 @@ int main(int argc, char** argv) {
   std::string out_path;
   std::vector<std::string> plans, tuned_plans;
   size_t max_candidates = 64;
-  bool quick = false;
+  bool quick = false, fused_only = false;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "--out" && i + 1 < argc) out_path = argv[++i];
@@ -434,13 +443,14 @@ int main(int argc, char** argv) {
     else if (arg == "--tune-plan" && i + 1 < argc) tuned_plans.push_back(argv[++i]);
     else if (arg == "--max-candidates" && i + 1 < argc) max_candidates = std::stoul(argv[++i]);
     else if (arg == "--quick") quick = true;
+    else if (arg == "--fused-only") fused_only = true;
     else {
-      std::fprintf(stderr, "usage: kiln-gpu-bench --out FILE.json [--quick] [--plan ZOO_SPEC]... [--tune-plan ZOO_SPEC]... [--max-candidates N]\n");
+      std::fprintf(stderr, "usage: kiln-gpu-bench --out FILE.json [--quick] [--fused-only] [--plan ZOO_SPEC]... [--tune-plan ZOO_SPEC]... [--max-candidates N]\n");
       return 2;
     }
   }
   if (out_path.empty()) {
-    std::fprintf(stderr, "usage: kiln-gpu-bench --out FILE.json [--quick] [--plan ZOO_SPEC]... [--tune-plan ZOO_SPEC]... [--max-candidates N]\n");
+    std::fprintf(stderr, "usage: kiln-gpu-bench --out FILE.json [--quick] [--fused-only] [--plan ZOO_SPEC]... [--tune-plan ZOO_SPEC]... [--max-candidates N]\n");
     return 2;
   }
   Context context = must(Context::open(0));
@@ -500,7 +510,7 @@ int main(int argc, char** argv) {
 
   cuda::register_cuda_backend();
   json plan_rows = json::array();
-  for (const std::string& spec : plans) plan_rows.push_back(bench_plan(spec, reps));
+  for (const std::string& spec : plans) plan_rows.push_back(bench_plan(spec, reps, fused_only));
   report["plans"] = plan_rows;
   json tuned_rows = json::array();
   const double copy_bytes_per_second = report["bandwidth"]["copy16_kernel_tbps"].get<double>() * 1e12;
