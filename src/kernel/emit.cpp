@@ -513,11 +513,11 @@ class KernelWriter {
     }
     const Expr& e = k_.exprs[select];
     std::string out = fmt::format("      if (({}) < {}) {{\n", idx(e.condition), e.bound);
-    forced_[select] = true;
+    forced_[select_key(e)] = true;  // every select on the same condition takes the same side
     out += write_branches(i, depth + 1) + "      } else {\n";
-    forced_[select] = false;
+    forced_[select_key(e)] = false;
     out += write_branches(i, depth + 1) + "      }\n";
-    forced_.erase(select);
+    forced_.erase(select_key(e));
     return out;
   }
   // The first select reachable from `id` (through the branches forced so far) whose condition mentions only
@@ -531,7 +531,7 @@ class KernelWriter {
       if (at < 0 || !seen.insert(at).second) continue;
       const Expr& e = k_.exprs[at];
       if (e.kind == ExprKind::select) {
-        auto f = forced_.find(at);
+        auto f = forced_.find(select_key(e));
         if (f != forced_.end()) {
           todo.push_back(e.operands[f->second ? 0 : 1]);
           continue;
@@ -699,7 +699,7 @@ class KernelWriter {
         break;
       }
       case ExprKind::select: {
-        auto f = forced_.find(id);
+        auto f = forced_.find(select_key(e));
         if (f != forced_.end()) {  // decided for the whole row (write_branches)
           const std::string chosen = operand(f->second ? 0 : 1);
           memo_[id] = chosen;
@@ -1025,7 +1025,8 @@ class KernelWriter {
   // Selects decided per row (write_branches), and how many undecided selects enclose the expression being
   // emitted. A guarded load under decided selects only is in range: the lowering guards a concat piece's
   // loads exactly where the piece is not chosen.
-  std::map<int, bool> forced_;
+  std::map<std::string, bool> forced_;  // by select_key
+  static std::string select_key(const Expr& e) { return index_key(e.condition) + "<" + std::to_string(e.bound); }
   int open_selects_ = 0;
   bool clamped(const Expr& e) const { return e.guarded && (forced_.empty() || open_selects_ > 0); }
   // The vector step being written (CUDA, vector_width > 1): its variable, the loop depth of its per-element

@@ -94,6 +94,15 @@ struct Kernel {
 // dtypes, composites left undecomposed) are an `unsupported` error naming the node and why.
 Result<Kernel> lower_nodes(const Graph& graph, const std::vector<NodeId>& members, const std::string& name);
 
+// A concat along a row axis whose pieces are each computed by other members is first tried as one kernel over
+// the concat's rows (merge_concat_pieces): each piece lowered alone, and when all are the same kernel up to
+// what their loads read, every load becomes a choice by row of the pieces' loads.
+Result<Kernel> merge_concat_pieces(const std::vector<Kernel>& pieces, int64_t axis, const KernelParam& output,
+                                   const std::vector<NodeId>& members, const std::string& name);
+
+// Bytes the kernel reads from its inputs: the distinct elements its loads touch (lower.cpp).
+double input_bytes_read(const Kernel& kernel);
+
 // Whether `op` can appear inside a generated kernel at all (with floating dtypes).
 bool kernel_supports_op(Op op);
 

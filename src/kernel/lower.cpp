@@ -84,6 +84,8 @@ bool for_each_point(const Kernel& k, const std::set<int>& vars, int64_t limit, c
 // part read the union of their local parts in each row, over the distinct rows of the input they reach (a
 // concat piece's guarded loads wrap onto its own rows for the other pieces' rows). Where the points are too many to
 // count (2^16 per row, 2^20 rows), the whole input. Capped at the input's size.
+}  // namespace
+
 double input_bytes_read(const Kernel& k) {
   const std::set<int> row(k.row_vars.begin(), k.row_vars.end());
   struct Reads {
@@ -132,6 +134,8 @@ double input_bytes_read(const Kernel& k) {
   }
   return bytes;
 }
+
+namespace {
 
 class Lowerer {
  public:
@@ -511,6 +515,48 @@ bool kernel_supports_op(Op op) {
          op == Op::dequantize;
 }
 
+namespace {
+
+// The members as a concat along a row axis of pieces that other members compute, each piece lowered alone and
+// the pieces merged (merge_concat_pieces); an error when the members are not of that form or do not merge.
+Result<Kernel> lower_concat_of_pieces(const Graph& graph, const std::vector<NodeId>& members,
+                                      const std::vector<ValueId>& outputs, const std::string& name) {
+  if (outputs.size() != 1) return unsupported("not one output");
+  const NodeId c = graph.value(outputs[0]).producer;
+  const std::set<NodeId> member_set(members.begin(), members.end());
+  if (c < 0 || graph.node(c).op != Op::concat || graph.node(c).inputs.size() < 2) return unsupported("not a concat");
+  const Node& concat = graph.node(c);
+  std::set<NodeId> covered = {c};
+  std::vector<Kernel> pieces;
+  for (ValueId in : concat.inputs) {
+    const NodeId p = graph.value(in).producer;
+    if (p < 0 || !member_set.count(p)) return unsupported("a piece is not computed by the members");
+    std::vector<NodeId> piece;
+    std::vector<NodeId> todo = {p};
+    std::set<NodeId> seen;
+    while (!todo.empty()) {
+      const NodeId at = todo.back();
+      todo.pop_back();
+      if (!seen.insert(at).second) continue;
+      if (!covered.insert(at).second) return unsupported("pieces share members");
+      piece.push_back(at);
+      for (ValueId v : graph.node(at).inputs) {
+        const NodeId q = graph.value(v).producer;
+        if (q >= 0 && member_set.count(q)) todo.push_back(q);
+      }
+    }
+    KILN_ASSIGN_OR_RETURN(Kernel k, lower_nodes(graph, piece, name));
+    if (k.outputs.size() != 1 || k.outputs[0].value != in) return unsupported("a piece has other outputs");
+    pieces.push_back(std::move(k));
+  }
+  if (covered.size() != members.size()) return unsupported("members outside the pieces");
+  const TensorType& out = graph.value(outputs[0]).type;
+  const int64_t axis = normalized_axis(concat.attrs.get_int("axis", 0), out.shape.size());
+  return merge_concat_pieces(pieces, axis, {outputs[0], graph.value(outputs[0]).name, out}, members, name);
+}
+
+}  // namespace
+
 Result<Kernel> lower_nodes(const Graph& graph, const std::vector<NodeId>& members_in, const std::string& name) {
   if (members_in.empty()) return make_error(ErrorCode::invalid_argument, "kernel " + name + ": no nodes to lower");
   std::vector<NodeId> members = members_in;
@@ -562,6 +608,7 @@ Result<Kernel> lower_nodes(const Graph& graph, const std::vector<NodeId>& member
   if (outputs.empty()) {
     return make_error(ErrorCode::invalid_argument, "kernel " + name + ": its nodes produce nothing that is read");
   }
+  if (auto merged = lower_concat_of_pieces(graph, members, outputs, name); merged.ok()) return merged;
   // Row axes: the common leading prefix of the mandatory stages, keeping at least one local axis, and
   // before every reduced axis.
   const Shape& first = graph.value(outputs[0]).type.shape;

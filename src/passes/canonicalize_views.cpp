@@ -88,7 +88,7 @@ class ViewCanonicalizer {
       if (node.op == Op::split && node.outputs.size() > 1) {
         // One slice per piece, so that each piece goes where its own readers are (the q and k of a QKV
         // GEMM's output into their norm kernels, v into attention's concat) rather than all together.
-        const Shape& in_shape = out.value(inputs[0]).type.shape;
+        const Shape in_shape = out.value(inputs[0]).type.shape;  // a copy: emitting grows `out`'s values
         const int64_t axis = normalized_axis(node, in_shape);
         int64_t start = 0;
         for (size_t i = 0; i < node.outputs.size(); ++i) {

@@ -3,6 +3,7 @@
 
 #include "passes/attention_layouts.h"
 #include "passes/canonicalize_views.h"
+#include "passes/join_concat_pieces.h"
 #include "passes/cse.h"
 #include "passes/dce.h"
 #include "passes/decompose.h"
@@ -35,6 +36,7 @@ const PassEntry kPipeline[] = {
     {"fuse-rows", Exactness::exact, fuse_rows_default},              // annotates fused groups
     {"fold-epilogues", Exactness::reassociating, fold_gemm_epilogues}, // lone bias/GELU back to the GEMM
     {"canonicalize-views", Exactness::exact, canonicalize_views},    // views become groups' load index maps
+    {"join-concat-pieces", Exactness::exact, join_concat_pieces},    // congruent pieces of a concat: one kernel
 };
 
 }  // namespace

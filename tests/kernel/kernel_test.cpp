@@ -457,7 +457,7 @@ TEST(KernelEmit, CudaRowsLiveInRegistersWhereTheirThreadReadsThem) {
   std::optional<Kernel> qk;
   for (const passes::FusedGroup& fg : passes::collect_fused_groups(optimized->graph)) {
     auto k = lower_nodes(optimized->graph, fg.members, "qk");
-    if (!k.ok() || k->rows != 24 * 4096) continue;  // the image stream's heads
+    if (!k.ok() || k->rows != 24 * 4608) continue;  // the joint sequence's heads (join-concat-pieces)
     bool rope = false;
     for (const Stage& st : k->stages) rope = rope || st.name.find("rope") != std::string::npos;
     if (!rope) continue;
@@ -465,9 +465,9 @@ TEST(KernelEmit, CudaRowsLiveInRegistersWhereTheirThreadReadsThem) {
     break;
   }
   ASSERT_TRUE(qk.has_value());
-  // Its bytes are what its loads touch: the q third of the QKV GEMM's output (loaded through a slice), the
-  // image rows of cos and sin, the norm weight, and the output; not the GEMM's whole output.
-  EXPECT_EQ(qk->bytes, 2.0 * (24 * 4096 * 128 * 2) + 2.0 * (4096 * 64 * 4) + 128 * 4) << kernel_to_text(*qk);
+  // Its bytes are what its loads touch: the q third of each stream's QKV GEMM output (loaded through a
+  // slice), cos and sin, the two norm weights, and the output; not the GEMMs' whole outputs.
+  EXPECT_EQ(qk->bytes, 2.0 * (24 * 4608 * 128 * 2) + 2.0 * (4608 * 64 * 4) + 2 * 128 * 4) << kernel_to_text(*qk);
   Schedule s = default_schedule(*qk, Target::cuda, 132);
   EXPECT_EQ(s.threads_per_row, 16);
   EXPECT_EQ(s.vector_width, 8);
