@@ -462,33 +462,19 @@ class KernelWriter {
  private:
   std::string idx(const IndexExpr& e) const {
     if (!vector_mode_ || vec_.var < 0 || !index_mentions(e, vec_.var)) return index_to_c(e, var_name);
-    return index_to_c(vector_index(e), [&](int v) {
-      return v == vector_step_var() ? std::string("kiln_vs") : v == vector_lane_var(k_) ? std::string("kiln_vj") : var_name(v);
+    return index_to_c(split_vector_var(k_, e, vec_.var, c_.s.vector_width), [&](int v) {
+      return v == vector_step_var(k_) ? std::string("kiln_vs") : v == vector_lane_var(k_) ? std::string("kiln_vj") : var_name(v);
     });
   }
-  // Inside a vector step, the vector variable is width * kiln_vs + kiln_vj: written so, an index simplifies
+  // Inside a vector step, the vector variable is width * kiln_vs + kiln_vj (split_vector_var): written so, an index simplifies
   // per element once kiln_vj is a constant (the RoPE partner's 2 * (v / 2) + 1 is 2 * (kiln_vj / 2) + 1
   // past the step's base, its `v % 2` a constant, so the pair's select is decided at compile time).
-  int vector_step_var() const { return static_cast<int>(k_.vars.size()); }
-  IndexExpr vector_index(const IndexExpr& e) const {
-    const int width = c_.s.vector_width, step = vector_step_var(), lane = vector_lane_var(k_);
-    const int64_t extent = k_.extent(vec_.var);
-    const VarExtents extents = [&](int v) -> int64_t {
-      return v == step ? std::max<int64_t>(1, extent / width) : v == lane ? width : k_.extent(v);
-    };
-    return index_substitute(e, vec_.var, index_add(index_scale(IndexExpr::of_var(step), width), IndexExpr::of_var(lane)),
-                            extents);
-  }
   // Whether every value `e` can take lies in [0, size): no clamp needed.
   bool provably_within(const IndexExpr& e, int64_t size) const {
     const bool split = vector_mode_ && vec_.var >= 0 && index_mentions(e, vec_.var);
-    const int64_t extent = split ? k_.extent(vec_.var) : 0;
     const int width = c_.s.vector_width;
-    const IndexRange r = index_range(split ? vector_index(e) : e, [&](int v) -> int64_t {
-      if (split && v == vector_step_var()) return std::max<int64_t>(1, extent / width);
-      if (split && v == vector_lane_var(k_)) return width;
-      return k_.extent(v);
-    });
+    const IndexRange r = split ? index_range(split_vector_var(k_, e, vec_.var, width), vector_split_extents(k_, vec_.var, width))
+                               : index_range(e, [&](int v) { return k_.extent(v); });
     return r.lo >= 0 && r.hi < size;
   }
   // The expression at the first element of the current vector step (the vector variable at kiln_vb).
@@ -544,15 +530,12 @@ class KernelWriter {
     return -1;
   }
   bool only_row_vars(const IndexExpr& e) const {
-    for (const IndexTerm& t : e.terms) {
-      if (t.atom.kind == IndexAtom::Kind::var &&
-          std::find(k_.row_vars.begin(), k_.row_vars.end(), t.atom.var) == k_.row_vars.end()) {
-        return false;
-      }
-      if (t.atom.inner && !only_row_vars(*t.atom.inner)) return false;
+    for (int v : index_vars(e)) {
+      if (std::find(k_.row_vars.begin(), k_.row_vars.end(), v) == k_.row_vars.end()) return false;
     }
     return true;
   }
+
 
   // `vector`: the vector step loops (CUDA); `wide`: with 16-byte loads and stores where contiguous.
   std::string write_stage(int i, bool vector, bool wide) {

@@ -197,6 +197,15 @@ IndexExpr index_substitute(const IndexExpr& e, int var, const IndexExpr& replace
   return out;
 }
 
+std::set<int> index_vars(const IndexExpr& e) {
+  std::set<int> vars;
+  for (const IndexTerm& t : e.terms) {
+    if (t.atom.kind == IndexAtom::Kind::var) vars.insert(t.atom.var);
+    if (t.atom.inner) vars.merge(index_vars(*t.atom.inner));
+  }
+  return vars;
+}
+
 bool index_mentions(const IndexExpr& e, int var) {
   for (const IndexTerm& t : e.terms) {
     if (t.atom.kind == IndexAtom::Kind::var && t.atom.var == var) return true;

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -62,8 +63,9 @@ IndexRange index_range(const IndexExpr& e, const VarExtents& extents);
 // `e` with variable `var` replaced by `replacement`, simplified again (`extents` must cover the variables of
 // `replacement`): substituting v = 8*u + j into (2 * (v / 2) + 1) gives 8*u + 2 * (j / 2) + 1.
 IndexExpr index_substitute(const IndexExpr& e, int var, const IndexExpr& replacement, const VarExtents& extents);
-// Whether `e` mentions variable `var` (also inside a division or modulo).
+// Whether `e` mentions variable `var` (also inside a division or modulo); every variable it mentions.
 bool index_mentions(const IndexExpr& e, int var);
+std::set<int> index_vars(const IndexExpr& e);
 
 int64_t index_eval(const IndexExpr& e, const std::function<int64_t(int var)>& values);
 // C source for the expression; `var_name` spells a variable.

@@ -53,13 +53,6 @@ int64_t normalized_axis(int64_t axis, size_t rank) { return axis < 0 ? axis + st
 // fewer row axes. Caught only in lower_nodes.
 struct RowMismatch {};
 
-void mentioned_vars(const IndexExpr& e, std::set<int>& out) {
-  for (const IndexTerm& t : e.terms) {
-    if (t.atom.kind == IndexAtom::Kind::var) out.insert(t.atom.var);
-    if (t.atom.inner) mentioned_vars(*t.atom.inner, out);
-  }
-}
-
 // Every point of `vars` (row-major over their extents), as a variable -> value map; false past `limit`.
 template <typename F>
 bool for_each_point(const Kernel& k, const std::set<int>& vars, int64_t limit, const F& f) {
@@ -97,9 +90,8 @@ double input_bytes_read(const Kernel& k) {
   std::set<int> whole;
   for (const Expr& e : k.exprs) {
     if (e.kind != ExprKind::load) continue;
-    std::set<int> vars, rows, locals;
-    mentioned_vars(e.offset, vars);
-    for (int v : vars) (row.count(v) ? rows : locals).insert(v);
+    std::set<int> rows, locals;
+    for (int v : index_vars(e.offset)) (row.count(v) ? rows : locals).insert(v);
     IndexExpr row_part = e.offset;
     for (int v : locals) row_part = index_substitute(row_part, v, IndexExpr::of_constant(0), [&](int x) { return k.extent(x); });
     row_part.constant = 0;

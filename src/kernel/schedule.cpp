@@ -54,14 +54,6 @@ std::vector<std::vector<std::pair<int, int>>> buffer_reads(const Kernel& k, cons
   return reads;
 }
 
-bool only_var(const IndexExpr& e, int var) {
-  for (const IndexTerm& t : e.terms) {
-    if (t.atom.kind == IndexAtom::Kind::var && t.atom.var != var) return false;
-    if (t.atom.inner && !only_var(*t.atom.inner, var)) return false;
-  }
-  return true;
-}
-
 // Whether every row cache (optional stage) costs less to recompute at each read than to keep on the CPU: a
 // few loads, conversions, adds and multiplies (the f32 cast of a bf16 row, x - mean). Keeping such a row
 // writes and re-reads an f32 buffer twice the size of a bf16 row (48 KiB for SwiGLU's 12288 columns, the
@@ -118,19 +110,28 @@ std::optional<UnrolledVectorLoop> unrolled_vector_loop(const Stage& stage, const
   return std::nullopt;
 }
 
-std::optional<IndexExpr> offset_within_vector_step(const Kernel& kernel, const IndexExpr& offset, int var, int width) {
-  // var = width * u + j, u the step, j the element in it: what is left of the offset after width * u.
-  const int u = static_cast<int>(kernel.vars.size()), j = vector_lane_var(kernel);
-  const VarExtents extents = [&](int v) -> int64_t {
-    if (v == u) return std::max<int64_t>(1, kernel.extent(var) / width);
-    if (v == j) return width;
-    return kernel.extent(v);
+VarExtents vector_split_extents(const Kernel& kernel, int var, int width) {
+  const int step = vector_step_var(kernel), lane = vector_lane_var(kernel);
+  const int64_t steps = std::max<int64_t>(1, kernel.extent(var) / width);
+  return [&kernel, step, lane, steps, width](int v) -> int64_t {
+    return v == step ? steps : v == lane ? int64_t{width} : kernel.extent(v);
   };
-  const IndexExpr split = index_add(index_scale(IndexExpr::of_var(u), width), IndexExpr::of_var(j));
-  const IndexExpr within =
-      index_add(index_substitute(offset, var, split, extents), index_scale(IndexExpr::of_var(u), -width));
-  if (!only_var(within, j)) return std::nullopt;
-  const IndexRange r = index_range(within, extents);
+}
+
+IndexExpr split_vector_var(const Kernel& kernel, const IndexExpr& e, int var, int width) {
+  const IndexExpr split =
+      index_add(index_scale(IndexExpr::of_var(vector_step_var(kernel)), width), IndexExpr::of_var(vector_lane_var(kernel)));
+  return index_substitute(e, var, split, vector_split_extents(kernel, var, width));
+}
+
+std::optional<IndexExpr> offset_within_vector_step(const Kernel& kernel, const IndexExpr& offset, int var, int width) {
+  // What is left of the offset past the step's base, width * s.
+  const IndexExpr within = index_add(split_vector_var(kernel, offset, var, width),
+                                     index_scale(IndexExpr::of_var(vector_step_var(kernel)), -width));
+  for (int v : index_vars(within)) {
+    if (v != vector_lane_var(kernel)) return std::nullopt;
+  }
+  const IndexRange r = index_range(within, vector_split_extents(kernel, var, width));
   if (r.lo < 0 || r.hi >= width) return std::nullopt;
   return within;
 }

@@ -73,11 +73,17 @@ struct UnrolledVectorLoop {
 };
 std::optional<UnrolledVectorLoop> unrolled_vector_loop(const Stage& stage, const Schedule& schedule);
 
-// Where a read at `offset` by a loop over `var` (steps of `width` elements from multiples of `width`) lands
-// within the reader's own step: an expression in the variable `vector_lane_var(kernel)` (the reader's index
-// in its step, 0..width-1) with values in 0..width-1, or nullopt when the element may lie in another step.
-std::optional<IndexExpr> offset_within_vector_step(const Kernel& kernel, const IndexExpr& offset, int var, int width);
+// A vector loop over `var` in steps of `width` elements from multiples of `width`: var = width * s + j, with
+// two variables past the kernel's own, the step s (vector_step_var) and the element j in it (vector_lane_var).
+inline int vector_step_var(const Kernel& kernel) { return static_cast<int>(kernel.vars.size()); }
 inline int vector_lane_var(const Kernel& kernel) { return static_cast<int>(kernel.vars.size()) + 1; }
+// The kernel's variable extents, and those of the step and element of `var` split by `width`.
+VarExtents vector_split_extents(const Kernel& kernel, int var, int width);
+// `e` with `var` written as width * s + j, simplified.
+IndexExpr split_vector_var(const Kernel& kernel, const IndexExpr& e, int var, int width);
+// Where a read at `offset` by such a loop lands within the reader's own step: an expression in j alone with
+// values in 0..width-1, or nullopt when the element may lie in another step.
+std::optional<IndexExpr> offset_within_vector_step(const Kernel& kernel, const IndexExpr& offset, int var, int width);
 
 // Whether `schedule` is valid for `kernel` on `target`; the error names the field and the limit.
 Status can_implement(const Kernel& kernel, const Schedule& schedule, Target target);

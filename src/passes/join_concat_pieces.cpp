@@ -15,26 +15,18 @@ PassResult join_concat_pieces(const Graph& graph) {
   PassReport report{"join-concat-pieces", false, static_cast<int>(graph.nodes().size()), 0, {}, {}};
   Graph out = graph;
   std::map<int32_t, std::vector<NodeId>> members;
-  for (const FusedGroup& g : collect_fused_groups(graph)) members[g.id] = g.members;
-  std::vector<std::vector<NodeId>> readers(graph.values().size());
-  for (NodeId id = 0; id < static_cast<NodeId>(graph.nodes().size()); ++id) {
-    for (ValueId v : graph.node(id).inputs) readers[v].push_back(id);
+  std::map<int32_t, std::vector<ValueId>> writes;  // what each group writes for readers outside it
+  for (const FusedGroup& g : collect_fused_groups(graph)) {
+    members[g.id] = g.members;
+    writes[g.id] = g.outputs;
+  }
+  std::vector<int> readers(graph.values().size(), 0);
+  for (const Node& n : graph.nodes()) {
+    for (ValueId v : n.inputs) ++readers[v];
   }
   std::set<ValueId> outputs;
   for (const GraphOutput& o : graph.outputs()) outputs.insert(o.value);
   const std::vector<Binding> time = classify_binding_times(graph);  // pieces join only within their stage
-  // Values a group writes that something outside it reads.
-  auto escaping = [&](int32_t group) {
-    std::vector<ValueId> values;
-    for (NodeId m : members[group]) {
-      for (ValueId v : graph.node(m).outputs) {
-        bool out_of_group = outputs.count(v) > 0;
-        for (NodeId r : readers[v]) out_of_group = out_of_group || graph.node(r).group != group;
-        if (out_of_group) values.push_back(v);
-      }
-    }
-    return values;
-  };
   for (NodeId c = 0; c < static_cast<NodeId>(graph.nodes().size()); ++c) {
     const Node& concat = graph.node(c);
     if (concat.op != Op::concat || concat.group < 0 || concat.inputs.size() < 2) continue;
@@ -44,8 +36,8 @@ PassResult join_concat_pieces(const Graph& graph) {
     for (ValueId in : concat.inputs) {
       const NodeId p = graph.value(in).producer;
       const int32_t g = p >= 0 ? graph.node(p).group : -1;
-      ok = ok && g >= 0 && g != concat.group && readers[in].size() == 1 && !outputs.count(in) &&
-           time[in] == time[concat.outputs[0]] && escaping(g) == std::vector<ValueId>{in};
+      ok = ok && g >= 0 && g != concat.group && readers[in] == 1 && !outputs.count(in) &&
+           time[in] == time[concat.outputs[0]] && writes[g] == std::vector<ValueId>{in};
       if (!ok) break;
       pieces.push_back(g);
       joined.insert(joined.end(), members[g].begin(), members[g].end());
