@@ -104,7 +104,9 @@ double input_bytes_read(const Kernel& k) {
     if (!counted) whole.insert(e.param);
   }
   std::vector<double> elements(k.inputs.size(), 0);
-  for (const auto& [key, r] : reads) {
+  for (const auto& entry : reads) {
+    const auto& key = entry.first;
+    const Reads& r = entry.second;  // not a structured binding: clang 14 cannot capture one in a lambda
     if (whole.count(key.first) || r.locals.empty()) continue;
     const int64_t numel = shape_numel(k.inputs[static_cast<size_t>(key.first)].type.shape);
     const int64_t first = *r.locals.begin();
