@@ -83,17 +83,9 @@ KILN_FN uint32_t kiln_bf16_rne_high(uint32_t u) {  // f32 bits rounded to bf16, 
 )";
 
 // The bf16 rounding helpers, between the two parts of the shared helpers; CUDA's (the CPU dialect has its own,
-// Dialect::bf16_rounding). One hardware conversion (sm_80+, round to nearest even) instead of the seven integer
-// operations of kiln_bf16_rne_high. On the H200, ncu read the FLUX LN kernels at 16% of DRAM bandwidth and 13
-// cycles per issued instruction: they are bound by instruction issue, and a modulated LN rounds four times per
-// element. A NaN becomes the canonical bf16 NaN rather than the quieted input; every other value gets the same
-// bits.
-const char* kBf16RoundingCuda = R"(KILN_FN uint16_t kiln_bf16_bits(float f) {
-  uint16_t h;
-  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
-  return h;
-}
-KILN_FN float kiln_round_bf16(float f) { return kiln_as_float((uint32_t)kiln_bf16_bits(f) << 16); }
+// Dialect::bf16_rounding).
+const char* kBf16RoundingShared = R"(KILN_FN uint16_t kiln_bf16_bits(float f) { return (uint16_t)(kiln_bf16_rne_high(kiln_as_uint(f)) >> 16); }
+KILN_FN float kiln_round_bf16(float f) { return kiln_as_float(kiln_bf16_rne_high(kiln_as_uint(f))); }
 )";
 
 const char* kCommonHelpersTail = R"(KILN_FN float kiln_f16_to_f32(uint16_t h) {
@@ -411,7 +403,7 @@ class CudaDialect final : public Dialect {
   std::string store_guard_close() const override { return "}\n"; }
   bool spreads_rows() const override { return true; }
   std::string math_call(Op, bool, const std::string&) const override { return ""; }  // CUDA's libm intrinsics
-  std::string bf16_rounding() const override { return kBf16RoundingCuda; }
+  std::string bf16_rounding() const override { return kBf16RoundingShared; }
   std::string next_row_prefetch(const KernelContext&) const override { return ""; }
 };
 
