@@ -368,11 +368,16 @@ class CudaBackend final : public backend::Backend {
     desc.input = in[0].type.dtype;
     desc.output = out.type.dtype;
     const bool gelu = attrs.get_string("activation", "none") == "gelu_tanh";
-    const bool bias = in.size() > 2;
+    const ops::LinearInputs at = ops::linear_inputs(in.size(), attrs);
+    const bool bias = at.bias >= 0;
     if (gelu && !bias)
       return make_error(ErrorCode::unsupported, "the CUDA backend's linear has GELU only with a bias (cuBLASLt GELU_BIAS)");
     desc.epilogue = bias ? (gelu ? GemmEpilogue::bias_gelu : GemmEpilogue::bias) : GemmEpilogue::none;
-    GemmArgs args{.x = in[0].data, .w = in[1].data, .y = out.data, .bias = bias ? in[2].data : nullptr};
+    desc.scale = at.scale >= 0;
+    desc.residual = at.residual >= 0;
+    GemmArgs args{.x = in[0].data, .w = in[1].data, .y = out.data, .bias = bias ? in[static_cast<size_t>(at.bias)].data : nullptr};
+    if (desc.scale) args.scale = static_cast<const float*>(in[static_cast<size_t>(at.scale)].data);
+    if (desc.residual) args.residual = in[static_cast<size_t>(at.residual)].data;
     return gemm(desc, args);
   }
 

@@ -78,6 +78,11 @@ Status make_descriptors(const GemmDesc& desc, Descriptors& out) {
     KILN_TRY(set_attribute(out.matmul, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<int32_t>(out_type),
                            "BIAS_DATA_TYPE"));
   }
+  if (desc.scale) {
+    const cublasLtPointerMode_t mode =
+        desc.residual ? CUBLASLT_POINTER_MODE_ALPHA_DEVICE_VECTOR_BETA_HOST : CUBLASLT_POINTER_MODE_ALPHA_DEVICE_VECTOR_BETA_ZERO;
+    KILN_TRY(set_attribute(out.matmul, CUBLASLT_MATMUL_DESC_POINTER_MODE, mode, "POINTER_MODE"));
+  }
   if (desc.input == DType::f8e4m3) {
     const int8_t fast = desc.fast_accumulation ? 1 : 0;
     KILN_TRY(set_attribute(out.matmul, CUBLASLT_MATMUL_DESC_FAST_ACCUM, fast, "FAST_ACCUM"));
@@ -107,6 +112,8 @@ Status bind(const GemmDesc& desc, const GemmArgs& args, Descriptors& d) {
       return make_error(ErrorCode::invalid_argument, fmt::format("GEMM {}: the epilogue needs a bias", desc.str()));
     KILN_TRY(set_attribute(d.matmul, CUBLASLT_MATMUL_DESC_BIAS_POINTER, args.bias, "BIAS_POINTER"));
   }
+  if ((desc.scale && args.scale == nullptr) || (desc.residual && args.residual == nullptr))
+    return make_error(ErrorCode::invalid_argument, fmt::format("GEMM {}: the epilogue needs its scale and residual", desc.str()));
   if (desc.input == DType::f8e4m3) {
     if (args.x_scale == nullptr || args.w_scale == nullptr)
       return make_error(ErrorCode::invalid_argument, fmt::format("GEMM {}: FP8 needs x and w scales", desc.str()));
@@ -143,8 +150,8 @@ std::string GemmDesc::str() const {
                       : scaling == GemmScaling::channel ? " scales=channel"
                       : scaling == GemmScaling::block   ? " scales=block"
                                                         : " scales=tensor-x,channel-w";
-  return fmt::format("m={} n={} k={} {}->{}{}{}{}", m, n, k, dtype_name(input), dtype_name(output), epi, scale,
-                     fast_accumulation ? " fast-accum" : "");
+  return fmt::format("m={} n={} k={} {}->{}{}{}{}{}{}", m, n, k, dtype_name(input), dtype_name(output), epi, scale,
+                     fast_accumulation ? " fast-accum" : "", this->scale ? " feature-scale" : "", residual ? " residual" : "");
 }
 
 struct BlasLt::State {
@@ -178,8 +185,8 @@ Result<std::vector<GemmAlgorithm>> BlasLt::algorithms(const GemmDesc& desc, int 
   // The vector and block scaling modes need their scale pointers (and epilogues their bias) set before the
   // heuristic will answer; it never dereferences them, so any device address stands in for the real ones.
   GemmArgs placeholder;
-  placeholder.bias = state_->workspace.data();
-  placeholder.x_scale = placeholder.w_scale = static_cast<const float*>(state_->workspace.data());
+  placeholder.bias = placeholder.residual = state_->workspace.data();
+  placeholder.x_scale = placeholder.w_scale = placeholder.scale = static_cast<const float*>(state_->workspace.data());
   KILN_TRY(bind(desc, placeholder, d));
   cublasLtMatmulPreference_t preference = nullptr;
   KILN_TRY(lt_check(cublasLtMatmulPreferenceCreate(&preference), "cublasLtMatmulPreferenceCreate"));
@@ -206,16 +213,30 @@ Result<std::vector<GemmAlgorithm>> BlasLt::algorithms(const GemmDesc& desc, int 
   return algorithms;
 }
 
+namespace {
+
+// One cublasLtMatmul of bound descriptors: α is 1 or the per-feature scale (device), β is 1 with the residual as
+// C, else 0 (C is then D, never read).
+Status matmul(cublasLtHandle_t handle, const DeviceBuffer& workspace, const GemmDesc& desc, const Descriptors& d,
+              const GemmAlgorithm& algorithm, const GemmArgs& args, CUstream stream) {
+  const float one = 1.0f, zero = 0.0f;
+  const void* alpha = desc.scale ? static_cast<const void*>(args.scale) : &one;
+  const float* beta = desc.residual ? &one : &zero;
+  const void* c = desc.residual ? args.residual : args.y;
+  return lt_check(cublasLtMatmul(handle, d.matmul, alpha, args.w, d.a, args.x, d.b, beta, c, d.d, args.y, d.d,
+                                 &algorithm.algo, workspace.data(), static_cast<size_t>(workspace.bytes()),
+                                 reinterpret_cast<cudaStream_t>(stream)),
+                  fmt::format("cublasLtMatmul({})", desc.str()));
+}
+
+}  // namespace
+
 Status BlasLt::run(const GemmDesc& desc, const GemmAlgorithm& algorithm, const GemmArgs& args,
                    CUstream stream) const {
   Descriptors d;
   KILN_TRY(make_descriptors(desc, d));
   KILN_TRY(bind(desc, args, d));
-  const float alpha = 1.0f, beta = 0.0f;
-  return lt_check(cublasLtMatmul(state_->handle, d.matmul, &alpha, args.w, d.a, args.x, d.b, &beta, args.y, d.d,
-                                 args.y, d.d, &algorithm.algo, state_->workspace.data(),
-                                 static_cast<size_t>(state_->workspace.bytes()), reinterpret_cast<cudaStream_t>(stream)),
-                  fmt::format("cublasLtMatmul({})", desc.str()));
+  return matmul(state_->handle, state_->workspace, desc, d, algorithm, args, stream);
 }
 
 Result<std::vector<double>> BlasLt::benchmark(const GemmDesc& desc, const std::vector<GemmAlgorithm>& algorithms,
@@ -226,16 +247,11 @@ Result<std::vector<double>> BlasLt::benchmark(const GemmDesc& desc, const std::v
   KILN_TRY(make_descriptors(desc, d));
   KILN_ASSIGN_OR_RETURN(Event start, Event::create());
   KILN_ASSIGN_OR_RETURN(Event end, Event::create());
-  const float alpha = 1.0f, beta = 0.0f;
   size_t next = 0;
   auto launch_one = [&](const GemmAlgorithm& algorithm) -> Status {
     const GemmArgs& args = rotation[next++ % rotation.size()];
     KILN_TRY(bind(desc, args, d));
-    return lt_check(cublasLtMatmul(state_->handle, d.matmul, &alpha, args.w, d.a, args.x, d.b, &beta, args.y, d.d,
-                                   args.y, d.d, &algorithm.algo, state_->workspace.data(),
-                                   static_cast<size_t>(state_->workspace.bytes()),
-                                   reinterpret_cast<cudaStream_t>(stream)),
-                    fmt::format("cublasLtMatmul({})", desc.str()));
+    return matmul(state_->handle, state_->workspace, desc, d, algorithm, args, stream);
   };
   std::vector<double> medians;
   for (const GemmAlgorithm& algorithm : algorithms) {

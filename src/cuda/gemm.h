@@ -36,6 +36,10 @@ struct GemmDesc {
   GemmEpilogue epilogue = GemmEpilogue::none;
   GemmScaling scaling = GemmScaling::none;  // required for f8e4m3, none otherwise
   bool fast_accumulation = false;           // FP8 only: Hopper's faster, less precise accumulation
+  // kiln's linear epilogue (ops::linear_inputs): y = scale ⊙ (x · wᵀ) + bias + residual, as cuBLASLt's
+  // D = α·AB + β·C + bias with a per-feature α (CUBLASLT_POINTER_MODE_ALPHA_DEVICE_VECTOR_*) and β = 1, C = residual.
+  bool scale = false;
+  bool residual = false;
 
   std::string str() const;  // "m=4096 n=9216 k=3072 bf16->bf16 bias"
 };
@@ -47,6 +51,8 @@ struct GemmArgs {
   const void* bias = nullptr;  // [n], output dtype (bf16 for FP8 GEMMs with a bf16 output)
   const float* x_scale = nullptr;
   const float* w_scale = nullptr;
+  const float* scale = nullptr;      // [n] f32, with GemmDesc::scale
+  const void* residual = nullptr;    // [m, n], output dtype, with GemmDesc::residual
 };
 
 struct GemmAlgorithm {

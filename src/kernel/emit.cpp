@@ -26,6 +26,7 @@ struct KernelContext {
   bool int32_indices = false;   // CUDA: every index the kernel computes fits in 32 bits (kiln_idx is int)
   bool any_reduction_exchange = false;
   std::vector<bool> coarse_outputs_only;  // per stage (emit_cpu.h)
+  std::vector<bool> row_invariant;        // CPU, per input: converted to f32 once per row range (emit_cpu.h)
 };
 
 // What differs between targets. Everything else the emitter writes once.
@@ -50,7 +51,8 @@ class Dialect {
   virtual std::string store_guard_close() const = 0;
   virtual bool spreads_rows() const = 0;  // threads share a row (CUDA): general reductions run on one thread
   // A transcendental unary op applied to `a` (exp, tanh, sigmoid, silu, gelu), or "" for the libm form.
-  virtual std::string math_call(Op op, bool gelu_tanh, const std::string& a) const = 0;
+  // `coarse`: the value only reaches bf16/fp8 outputs (coarse_outputs_only), so 2^-14 relative error will do.
+  virtual std::string math_call(Op op, bool gelu_tanh, bool coarse, const std::string& a) const = 0;
   // Definitions of kiln_bf16_bits and kiln_round_bf16 (float -> bf16 bits / bf16-rounded float).
   virtual std::string bf16_rounding() const = 0;
   // Before the last pass over a row of a kernel with several: code that starts loading a later row's inputs.
@@ -217,6 +219,13 @@ class CpuDialect final : public Dialect {
         out += fmt::format("  float* __restrict s{0} = (float*)malloc(sizeof(float) * {1});\n  if (!s{0}) return;\n", i, n);
       }
     }
+    for (size_t i = 0; i < c.k.inputs.size(); ++i) {
+      if (!c.row_invariant[i]) continue;
+      const int64_t n = shape_numel(c.k.inputs[i].type.shape);
+      out += fmt::format("  float kiln_h{0}[{1}];  // every row reads in{0} alike: converted once\n"
+                         "  for (int64_t kiln_j = 0; kiln_j < {1}; ++kiln_j) kiln_h{0}[kiln_j] = kiln_{2}_to_f32(in{0}[kiln_j]);\n",
+                         i, n, dtype_name(c.k.inputs[i].type.dtype));
+    }
     out += "  for (int64_t r = kiln_r0; r < kiln_r1; ++r) {\n" + row_vars_code(c.k, "r");
     return out;
   }
@@ -264,13 +273,14 @@ class CpuDialect final : public Dialect {
   std::string store_guard_close() const override { return ""; }
   bool spreads_rows() const override { return false; }
   // Vectorizable helpers (emit_cpu.h); libm's expf, tanhf and erff keep an `omp simd` loop scalar.
-  std::string math_call(Op op, bool gelu_tanh, const std::string& a) const override {
+  std::string math_call(Op op, bool gelu_tanh, bool coarse, const std::string& a) const override {
+    const std::string c = coarse ? "_c(" : "(";
     switch (op) {
       case Op::exp: return "kiln_exp(" + a + ")";
       case Op::tanh: return "kiln_tanh(" + a + ")";
-      case Op::sigmoid: return "kiln_sigmoid(" + a + ")";
-      case Op::silu: return "kiln_silu(" + a + ")";
-      case Op::gelu: return (gelu_tanh ? "kiln_gelu_tanh(" : "kiln_gelu_erf(") + a + ")";
+      case Op::sigmoid: return "kiln_sigmoid" + c + a + ")";
+      case Op::silu: return "kiln_silu" + c + a + ")";
+      case Op::gelu: return (gelu_tanh ? "kiln_gelu_tanh" + c : std::string("kiln_gelu_erf(")) + a + ")";
       default: return "";
     }
   }
@@ -402,7 +412,7 @@ class CudaDialect final : public Dialect {
   std::string store_guard_open() const override { return "if (kiln_active) {\n"; }
   std::string store_guard_close() const override { return "}\n"; }
   bool spreads_rows() const override { return true; }
-  std::string math_call(Op, bool, const std::string&) const override { return ""; }  // CUDA's libm intrinsics
+  std::string math_call(Op, bool, bool, const std::string&) const override { return ""; }  // CUDA's libm intrinsics
   std::string bf16_rounding() const override { return kBf16RoundingShared; }
   std::string next_row_prefetch(const KernelContext&) const override { return ""; }
 };
@@ -534,6 +544,7 @@ class KernelWriter {
     code_.clear();
     memo_.clear();
     elided_.clear();
+    coarse_ = c_.coarse_outputs_only[static_cast<size_t>(i)];
     vector_mode_ = vector;
     wide_ = wide;
     vec_ = VectorLoop{};
@@ -581,6 +592,10 @@ class KernelWriter {
         std::string off = idx(e.offset);
         const bool clamp = clamped(e) && !provably_within(e.offset, shape_numel(p.type.shape));
         if (clamp) off = fmt::format("kiln_clamp({}, (kiln_idx){})", off, std::max<int64_t>(0, shape_numel(p.type.shape) - 1));
+        if (d_.target() == Target::cpu && c_.row_invariant[static_cast<size_t>(e.param)]) {
+          v = fmt::format("kiln_h{}[{}]", e.param, off);
+          break;
+        }
         std::string ref = fmt::format("in{}[{}]", e.param, off);
         if (wide_ && vec_.var >= 0 && !clamp && contiguous_in(e.offset, vec_.var, c_.s.vector_width)) {
           const std::string arr = "kiln_vin" + std::to_string(vec_.arrays++);
@@ -619,7 +634,7 @@ class KernelWriter {
       case ExprKind::constant: v = float_literal(e.value); break;
       case ExprKind::unary: {
         const std::string a = operand(0);
-        v = d_.math_call(e.op, e.gelu_tanh, a);
+        v = d_.math_call(e.op, e.gelu_tanh, coarse_, a);
         if (!v.empty()) break;
         switch (e.op) {
           case Op::neg: v = "-" + a; break;
@@ -1021,6 +1036,7 @@ class KernelWriter {
   // from the reference by the skipped rounding carried through, within the numerics policy; it saves two of
   // the three roundings per element of a modulated layernorm.
   bool keep_products_ = false;
+  bool coarse_ = false;  // the stage being written only reaches bf16/fp8 outputs (coarse_outputs_only)
   int root_ = -1;
   std::set<int> elided_;
   std::string code_;
@@ -1095,7 +1111,8 @@ Result<EmittedModule> emit_module(const std::vector<KernelToEmit>& kernels, Targ
         return make_error(ErrorCode::unsupported, "kernel " + k.name + ": input %" + p.name + " is not floating");
       }
     }
-    KernelContext c{k, item.schedule, item.entry, {}, cuda_row_buffers(k, item.schedule), false, false, false, coarse_outputs_only(k)};
+    KernelContext c{k, item.schedule, item.entry, {}, cuda_row_buffers(k, item.schedule), false, false, false, coarse_outputs_only(k),
+                    target == Target::cpu ? row_invariant_inputs(k) : std::vector<bool>(k.inputs.size(), false)};
     for (size_t i = 0; i < k.stages.size(); ++i) {
       const Stage& s = k.stages[i];
       if (target == Target::cpu && c.place[i] == RowBuffer::registers) c.place[i] = RowBuffer::shared;

@@ -7,7 +7,8 @@ namespace {
 
 // Largest errors against the exact function (double libm), in f32 ulps of the exact value (subnormal spacing
 // below the normal range), over every third f32 with the backend's flags: exp 0.98, tanh 1.50, sigmoid 2.40,
-// silu 3.39, gelu (tanh) 3.46, gelu (erf) 3.49; CpuMath.SweepAgainstDoubleLibm holds them under 1.5 to 4.
+// silu 3.39, gelu (tanh) 3.46, gelu (erf) 3.49; CpuMath.SweepAgainstDoubleLibm holds them under 1.5 to 4. The
+// coarse forms (sigmoid_c 62, silu_c 117, gelu_tanh_c 217 ulps) are held under 1024 ulps, 2^-14 relative.
 // NaN propagates; exp overflows to inf and underflows gradually to 0; at +-inf the others give the reference's
 // values (sigmoid 0 / 1, tanh -1 / 1, silu and gelu NaN at -inf like -inf * 0, inf at inf).
 //
@@ -107,6 +108,35 @@ KILN_FN float kiln_gelu_tanh(float x) {
   const double z = xd * (1.5957691216057308 + 0.071354816272600407 * (xd * xd));
   return kiln_sigmoid_times_parts(kiln_exp_split_d(kiln_as_double(kiln_as_u64(z) | 0x8000000000000000ull)), z < 0.0, x);
 }
+// Coarse forms, for values only bf16 or fp8 outputs see (coarse_outputs_only): relative error under 2^-14,
+// 1/128 of a bf16 ulp, where the result is normal. f32 throughout, one reduction step, a degree-5 Taylor
+// polynomial for 2^f; gelu's exponent in f32 (its error grows with |z|, to 2^-15 at the underflow point).
+// e^-|z| as parts for t = -|z| log2(e): ps1 = 2^f 2^h, s2 = 2^(n-h) (n = round(t), f = t - n, h = n/2, both
+// powers normal), s2 = 0 below t = -150, where m e^-|z| is 0 for any finite m a bf16 or f32 rounds to.
+KILN_FN kiln_exp_parts kiln_exp2_neg_c(float t) {
+  const int flush = t < -150.0f;
+  const float tc = kiln_select(flush, -150.0f, t);
+  const float sh = tc + 0x1.8p23f;
+  const float kn = sh - 0x1.8p23f;
+  const float f = tc - kn;
+  float p = 0x1.5d87fep-10f;
+  p = p * f + 0x1.3b2ab6p-7f;
+  p = p * f + 0x1.c6b08ep-5f;
+  p = p * f + 0x1.ebfbe0p-3f;
+  p = p * f + 0x1.62e430p-1f;
+  p = p * f + 1.0f;
+  const int32_t n = (int32_t)(kiln_as_uint(sh) - 0x4b400000u);
+  const int32_t h = n >> 1;
+  const kiln_exp_parts e = {p * kiln_pow2i(h), kiln_as_float(kiln_select_bits(flush, 0u, kiln_as_uint(kiln_pow2i(n - h))))};
+  return e;
+}
+KILN_FN float kiln_sigmoid_times_c(float z, float m) {  // m sigmoid(z), as kiln_sigmoid_times
+  const kiln_exp_parts e = kiln_exp2_neg_c(kiln_as_float(kiln_as_uint(z) | 0x80000000u) * 0x1.715476p+0f);
+  return kiln_select(z < 0.0f, (m * e.ps1) * e.s2, m) / (1.0f + e.ps1 * e.s2);
+}
+KILN_FN float kiln_sigmoid_c(float x) { return kiln_sigmoid_times_c(x, 1.0f); }
+KILN_FN float kiln_silu_c(float x) { return kiln_sigmoid_times_c(x, x); }
+KILN_FN float kiln_gelu_tanh_c(float x) { return kiln_sigmoid_times_c(x * (0x1.988454p+0f + 0x1.2444f2p-4f * (x * x)), x); }
 // x Phi(x), Phi(x) = erfc(-x / sqrt2) / 2. With u = |x| / sqrt2: erfc(u) = e^(-u^2) F(t) / (1 + 2u), F a
 // polynomial in t = 2u / (u + 2) (fitted for u <= 13; beyond, e^(-u^2) flushes to 0). u^2 is formed and
 // reduced in double (as gelu tanh's exponent), and so is the product, rounded once.
@@ -192,6 +222,23 @@ std::vector<int64_t> row_block_bytes(const Kernel& k) {
       }
     }
     if (ok && loaded) out[p] = per_row * static_cast<int64_t>(dtype_size(k.inputs[p].type.dtype));
+  }
+  return out;
+}
+
+std::vector<bool> row_invariant_inputs(const Kernel& k) {
+  std::vector<bool> out(k.inputs.size(), false);
+  if (k.rows < 2) return out;
+  for (size_t p = 0; p < k.inputs.size(); ++p) {
+    const TensorType& t = k.inputs[p].type;
+    if ((t.dtype != DType::bf16 && t.dtype != DType::f16) || shape_numel(t.shape) > kRowInvariantElements) continue;
+    bool loaded = false, invariant = true;
+    for (const Expr& e : k.exprs) {
+      if (e.kind != ExprKind::load || e.param != static_cast<int>(p)) continue;
+      loaded = true;
+      for (int rv : k.row_vars) invariant = invariant && (rv < 0 || !index_mentions(e.offset, rv));
+    }
+    out[p] = loaded && invariant;
   }
   return out;
 }

@@ -4,7 +4,8 @@
 //     branch-free, so `omp simd` loops over them vectorize, and stay within a few f32 ulps of the exact
 //     function everywhere (bounds: the source's comment, checked by tests/kernel/cpu_math_test.cpp);
 //   * which stages only bf16/fp8 outputs see (where a bf16 product may stay unrounded);
-//   * which inputs are laid out by the kernel's rows (what a row prefetch may fetch).
+//   * which inputs are laid out by the kernel's rows (what a row prefetch may fetch);
+//   * which small 16-bit inputs every row reads alike (converted to f32 once per row range, not per row).
 #pragma once
 
 #include <cstdint>
@@ -17,7 +18,8 @@ namespace kiln::kernel {
 
 // C++ text that needs KILN_FN, kiln_as_float/kiln_as_uint (f32 <-> bits) and kiln_as_double/kiln_as_u64
 // (f64 <-> bits) defined before it. Defines kiln_exp, kiln_tanh, kiln_sigmoid, kiln_silu, kiln_gelu_tanh and
-// kiln_gelu_erf (float -> float), and their kiln_-prefixed parts.
+// kiln_gelu_erf (float -> float), their kiln_-prefixed parts, and the coarse kiln_sigmoid_c, kiln_silu_c and
+// kiln_gelu_tanh_c (relative error under 2^-14) for stages whose value only bf16/fp8 outputs see.
 std::string_view cpu_math_source();
 
 // Per stage: its value reaches outputs only through elementwise stages, and only bf16 or fp8 outputs, whose
@@ -28,5 +30,12 @@ std::vector<bool> coarse_outputs_only(const Kernel& k);
 // Per kernel input: the bytes of one row when every load of it reads row r's block [r * L, (r + 1) * L) (the
 // input is laid out by the kernel's rows, L elements each), else 0.
 std::vector<int64_t> row_block_bytes(const Kernel& k);
+
+// Per kernel input: true when it is bf16 or f16, holds at most kRowInvariantElements elements, and no load of
+// it depends on the row (a modulation's scale and shift, a norm's weight): the body converts it to f32 once per
+// row range it runs (kiln_h<i>) instead of once per row. 6 of the ~24 instructions per element of a modulated
+// bf16 layernorm row on AVX-512.
+inline constexpr int64_t kRowInvariantElements = 8192;
+std::vector<bool> row_invariant_inputs(const Kernel& k);
 
 }  // namespace kiln::kernel

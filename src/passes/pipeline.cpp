@@ -11,6 +11,7 @@
 #include "passes/fuse_rows.h"
 #include "passes/merge_gemms.h"
 #include "passes/pack_weight_scales.h"
+#include "passes/residual_epilogues.h"
 #include "passes/sink_concat.h"
 
 namespace kiln::passes {
@@ -33,6 +34,7 @@ const PassEntry kPipeline[] = {
     {"attention-layouts", Exactness::exact, absorb_attention_layouts}, // head/token transposes into attention
     {"cse", Exactness::exact, eliminate_common_subexpressions},     // structural hashing
     {"dce", Exactness::exact, eliminate_dead_code},
+    {"residual-epilogues", Exactness::reassociating, fold_residual_epilogues}, // x + gate * GEMM: its epilogue
     {"fuse-rows", Exactness::exact, fuse_rows_default},              // annotates fused groups
     {"fold-epilogues", Exactness::reassociating, fold_gemm_epilogues}, // lone bias/GELU back to the GEMM
     {"canonicalize-views", Exactness::exact, canonicalize_views},    // views become groups' load index maps

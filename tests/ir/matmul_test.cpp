@@ -7,6 +7,7 @@
 #include <random>
 
 #include "ir/ops.h"
+#include "ir/ops/op_util.h"
 #include "ref/executor.h"
 
 namespace kiln {
@@ -174,7 +175,56 @@ TEST(Linear, InferErrors) {
             "linear: bias must be [4] (out features), got f32[3]");
   EXPECT_EQ(infer_error(Op::linear, {{DType::f32, {2, 3}}, {DType::f32, {4, 3}}, {DType::bf16, {4}}}),
             "linear: bias bf16[4] must have x's dtype f32");
-  EXPECT_NE(infer_error(Op::linear, {{DType::f32, {2, 3}}}).find("takes 2 to 3 inputs"), std::string::npos);
+  EXPECT_NE(infer_error(Op::linear, {{DType::f32, {2, 3}}}).find("takes 2 to 5 inputs"), std::string::npos);
+}
+
+// The scale / residual epilogue (ops::linear_inputs): each input where its attribute says, of the type it must have.
+TEST(Linear, EpilogueInputs) {
+  const TensorType x{DType::bf16, {2, 3}}, w{DType::bf16, {4, 3}}, b{DType::bf16, {4}}, s{DType::f32, {4}}, r{DType::bf16, {2, 4}};
+  Attrs both;
+  both.set("scale", int64_t{1});
+  both.set("residual", int64_t{1});
+  Attrs residual;
+  residual.set("residual", int64_t{1});
+  auto inferred = [](std::vector<TensorType> in, const Attrs& a) { return infer_node(Op::linear, in, a); };
+  ASSERT_TRUE(inferred({x, w, b, s, r}, both).ok());
+  ASSERT_TRUE(inferred({x, w, s, r}, both).ok());
+  ASSERT_TRUE(inferred({x, w, r}, residual).ok());
+  EXPECT_EQ((*inferred({x, w, b, s, r}, both))[0], (TensorType{DType::bf16, {2, 4}}));
+  const ops::LinearInputs at = ops::linear_inputs(5, both);
+  EXPECT_EQ(at.bias, 2);
+  EXPECT_EQ(at.scale, 3);
+  EXPECT_EQ(at.residual, 4);
+  EXPECT_EQ(ops::linear_inputs(4, both).bias, -1);
+  EXPECT_EQ(ops::linear_inputs(3, both).bias, -2);
+  auto error = [](std::vector<TensorType> in, const Attrs& a) { return infer_error(Op::linear, std::move(in), a); };
+  EXPECT_NE(error({x, w, b, s, r, r}, both).find("takes 2 to 5 inputs"), std::string::npos);
+  EXPECT_NE(error({x, w, s}, both).find("takes x, w, an optional bias"), std::string::npos);
+  EXPECT_EQ(error({x, w, b, {DType::bf16, {4}}, r}, both), "linear: scale must be f32[4] (one per out feature), got bf16[4]");
+  EXPECT_EQ(error({x, w, b, {DType::f32, {1, 4}}, r}, both), "linear: scale must be f32[4] (one per out feature), got f32[1,4]");
+  EXPECT_EQ(error({x, w, b, s, {DType::bf16, {1, 4}}}, both),
+            "linear: residual must be bf16[2,4] (the output's type), got bf16[1,4]");
+  EXPECT_EQ(error({x, w, {DType::f32, {2, 4}}}, residual), "linear: residual must be bf16[2,4] (the output's type), got f32[2,4]");
+  Attrs gelu = residual;
+  gelu.set("activation", std::string("gelu_tanh"));
+  EXPECT_EQ(error({x, w, b, r}, gelu), "linear: activation gelu_tanh cannot follow a scale or residual epilogue");
+}
+
+// The reference computes scale ⊙ (x · wᵀ) + b + residual in double and rounds once.
+TEST(Linear, EpilogueReference) {
+  Tensor x(DType::f32, {1, 2}), w(DType::f32, {2, 2}), b(DType::f32, {2}), s(DType::f32, {2}), r(DType::f32, {1, 2});
+  const double xv[] = {1, 2}, wv[] = {1, 0, 3, 4}, bv[] = {0.5, -1}, sv[] = {2, -0.25}, rv[] = {10, 20};
+  for (int i = 0; i < 2; ++i) x.set(i, xv[i]), b.set(i, bv[i]), s.set(i, sv[i]), r.set(i, rv[i]);
+  for (int i = 0; i < 4; ++i) w.set(i, wv[i]);
+  Attrs both;
+  both.set("scale", int64_t{1});
+  both.set("residual", int64_t{1});
+  std::vector<Tensor> out;
+  out.emplace_back(DType::f32, Shape{1, 2});
+  const Tensor* inputs[] = {&x, &w, &b, &s, &r};
+  ASSERT_TRUE(op_def(Op::linear).reference(RefCall{inputs, both, out}).ok());
+  EXPECT_EQ(out[0].get(0), 2 * 1 + 0.5 + 10);       // x·w0 = 1
+  EXPECT_EQ(out[0].get(1), -0.25 * 11 - 1 + 20);    // x·w1 = 3 + 8
 }
 
 TEST(Linear, Cost) {

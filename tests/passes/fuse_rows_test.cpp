@@ -4,6 +4,7 @@
 
 #include <map>
 
+#include "ir/ops/op_util.h"
 #include "models/weights.h"
 #include "models/zoo.h"
 #include "pass_test_util.h"
@@ -157,7 +158,9 @@ TEST(PassFuseRows, BiasAddsAreAbsorbedAtRealSize) {
     }
     int in_groups = 0, epilogues = 0;
     for (const Node& n : f.nodes()) {
-      if (op_has_trait(n.op, kTraitMatmul) && n.inputs.size() == (n.op == Op::linear ? 3u : 5u)) ++epilogues;
+      const bool biased = n.op == Op::linear ? ops::linear_inputs(n.inputs.size(), n.attrs).bias >= 0
+                                             : n.op == Op::scaled_linear && n.inputs.size() == 5u;
+      if (biased) ++epilogues;
       if (n.op != Op::add) continue;
       bool gemm_operand = false, bias_operand = false;
       for (ValueId v : n.inputs) {
@@ -170,8 +173,10 @@ TEST(PassFuseRows, BiasAddsAreAbsorbedAtRealSize) {
       EXPECT_GT(group_size[n.group], 1) << f.node_label(static_cast<NodeId>(&n - f.nodes().data()));
       ++in_groups;
     }
-    EXPECT_GT(in_groups, 100);
-    EXPECT_GT(epilogues, 50);
+    // 242 bias adds: bf16 FLUX folds 198 into GEMM epilogues (116 with their gated residual update,
+    // residual-epilogues), FP8 FLUX 82 (its GEMMs take no residual epilogue); the rest ride in fused groups.
+    EXPECT_GT(in_groups + epilogues, 240);
+    EXPECT_GT(epilogues, 80);
   }
 }
 

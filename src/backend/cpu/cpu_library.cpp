@@ -29,9 +29,15 @@ int64_t leading_rows(const Shape& s) {
 
 float gelu_tanh(float x) { return 0.5f * x * (1.0f + std::tanh(0.7978845608028654f * (x + 0.044715f * x * x * x))); }
 
-// y[rows, n] = x[rows, k] @ w[n, k]^T (+ bias) (then GELU), stored into out.
+// linear's optional epilogue operands (ops::linear_inputs): y = scale ⊙ y + residual, before the bias.
+struct Epilogue {
+  const DeviceTensor* scale = nullptr;
+  const DeviceTensor* residual = nullptr;
+};
+
+// y[rows, n] = x[rows, k] @ w[n, k]^T (epilogue) (+ bias) (then GELU), stored into out.
 Status gemm_xwt(const std::vector<float>& x, const std::vector<float>& w, const DeviceTensor* bias, int64_t rows,
-                int64_t n, int64_t k, bool gelu, const DeviceTensor& out) {
+                int64_t n, int64_t k, bool gelu, const DeviceTensor& out, const Epilogue& epilogue = {}) {
   std::vector<float> y(static_cast<size_t>(rows * n), 0.0f);
   if (rows > 0 && n > 0 && k > 0) {
     if (std::max({rows, n, k}) > std::numeric_limits<blasint>::max()) {
@@ -40,6 +46,16 @@ Status gemm_xwt(const std::vector<float>& x, const std::vector<float>& w, const 
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(rows), static_cast<blasint>(n),
                 static_cast<blasint>(k), 1.0f, x.data(), static_cast<blasint>(k), w.data(), static_cast<blasint>(k),
                 0.0f, y.data(), static_cast<blasint>(n));
+  }
+  if (epilogue.scale) {
+    const std::vector<float> sc = to_f32(*epilogue.scale);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t j = 0; j < n; ++j) y[r * n + j] *= sc[j];
+    }
+  }
+  if (epilogue.residual) {
+    const std::vector<float> res = to_f32(*epilogue.residual);
+    for (size_t i = 0; i < y.size(); ++i) y[i] += res[i];
   }
   if (bias) {
     const std::vector<float> b = to_f32(*bias);
@@ -134,8 +150,10 @@ void store_f32(const float* values, const DeviceTensor& t) {
 
 Status run_linear(const Attrs& attrs, std::span<const DeviceTensor> in, const DeviceTensor& out) {
   const Shape& w = in[1].type.shape;
-  return gemm_xwt(to_f32(in[0]), to_f32(in[1]), in.size() > 2 ? &in[2] : nullptr, leading_rows(in[0].type.shape),
-                  w[0], w[1], attrs.get_string("activation", "none") == "gelu_tanh", out);
+  const ops::LinearInputs at = ops::linear_inputs(in.size(), attrs);
+  auto input = [&](int i) { return i >= 0 ? &in[static_cast<size_t>(i)] : nullptr; };
+  return gemm_xwt(to_f32(in[0]), to_f32(in[1]), input(at.bias), leading_rows(in[0].type.shape), w[0], w[1],
+                  attrs.get_string("activation", "none") == "gelu_tanh", out, {input(at.scale), input(at.residual)});
 }
 
 Status run_scaled_linear(const Attrs& attrs, std::span<const DeviceTensor> in, const DeviceTensor& out) {

@@ -102,8 +102,36 @@ double gelu_tanh(double x) {
   return 0.5 * x * (1.0 + std::tanh(k * (x + 0.044715 * x * x * x)));
 }
 
+}  // namespace
+
+ops::LinearInputs ops::linear_inputs(size_t count, const Attrs& attrs) {
+  LinearInputs at;
+  const bool scale = attrs.get_int("scale", 0) != 0, residual = attrs.get_int("residual", 0) != 0;
+  const int extras = (scale ? 1 : 0) + (residual ? 1 : 0);
+  const int optional = static_cast<int>(count) - 2 - extras;
+  if (optional < 0 || optional > 1) {
+    at.bias = -2;
+    return at;
+  }
+  int next = 2;
+  if (optional == 1) at.bias = next++;
+  if (scale) at.scale = next++;
+  if (residual) at.residual = next;
+  return at;
+}
+
+namespace {
+
 Result<std::vector<TensorType>> infer_linear(const OpCall& call) {
-  KILN_TRY(epilogue_is_gelu(call.attrs, "linear"));
+  KILN_ASSIGN_OR_RETURN(bool gelu, epilogue_is_gelu(call.attrs, "linear"));
+  const ops::LinearInputs at = ops::linear_inputs(call.inputs.size(), call.attrs);
+  if (at.bias == -2) {
+    return shape_error("linear takes x, w, an optional bias, then a scale if attribute scale = 1 and a residual if "
+                       "residual = 1: got " + std::to_string(call.inputs.size()) + " inputs");
+  }
+  if (gelu && (at.scale >= 0 || at.residual >= 0)) {
+    return shape_error("linear: activation gelu_tanh cannot follow a scale or residual epilogue");
+  }
   const TensorType& x = call.inputs[0];
   const TensorType& w = call.inputs[1];
   if (x.shape.empty()) return shape_error("linear: x must have rank >= 1, got " + type_to_string(x));
@@ -120,8 +148,8 @@ Result<std::vector<TensorType>> infer_linear(const OpCall& call) {
     return shape_error("linear: weight " + type_to_string(w) + " must have x's dtype " +
                        std::string(dtype_name(x.dtype)));
   }
-  if (call.inputs.size() == 3) {
-    const TensorType& bias = call.inputs[2];
+  if (at.bias >= 0) {
+    const TensorType& bias = call.inputs[static_cast<size_t>(at.bias)];
     if (bias.shape != Shape{n}) {
       return shape_error("linear: bias must be [" + std::to_string(n) + "] (out features), got " +
                          type_to_string(bias));
@@ -133,6 +161,20 @@ Result<std::vector<TensorType>> infer_linear(const OpCall& call) {
   }
   Shape out = x.shape;
   out.back() = n;
+  if (at.scale >= 0) {
+    const TensorType& scale = call.inputs[static_cast<size_t>(at.scale)];
+    if (scale.dtype != DType::f32 || scale.shape != Shape{n}) {
+      return shape_error("linear: scale must be f32[" + std::to_string(n) + "] (one per out feature), got " +
+                         type_to_string(scale));
+    }
+  }
+  if (at.residual >= 0) {
+    const TensorType& residual = call.inputs[static_cast<size_t>(at.residual)];
+    if (residual.dtype != x.dtype || residual.shape != out) {
+      return shape_error("linear: residual must be " + type_to_string({x.dtype, out}) + " (the output's type), got " +
+                         type_to_string(residual));
+    }
+  }
   return std::vector<TensorType>{{x.dtype, out}};
 }
 
@@ -140,11 +182,27 @@ OpCost cost_linear(const OpCall& call, std::span<const TensorType> outputs) {
   return gemm_cost(call, outputs, call.inputs[1].shape[1]);
 }
 
-// y[rows, n] = x[rows, k] @ w[n, k]^T + bias, then rounded once into `out`.
+// The optional epilogue operands of linear (ops::LinearInputs): y = scale ⊙ y + residual, before the bias.
+struct LinearEpilogue {
+  const Tensor* scale = nullptr;
+  const Tensor* residual = nullptr;
+};
+
+// y[rows, n] = x[rows, k] @ w[n, k]^T (scaled, plus residual) + bias, then rounded once into `out`.
 Status linear_f64(const std::vector<double>& x, const std::vector<double>& w, const Tensor* bias, int64_t rows,
-                  int64_t n, int64_t k, Tensor& out, bool gelu = false) {
+                  int64_t n, int64_t k, Tensor& out, bool gelu = false, const LinearEpilogue& epilogue = {}) {
   std::vector<double> y(static_cast<size_t>(rows * n));
   KILN_TRY(ops::gemm_f64(true, rows, n, k, 1.0, x.data(), k, w.data(), k, 0.0, y.data(), n));
+  if (epilogue.scale) {
+    const std::vector<double> s = epilogue.scale->to_f64();
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t j = 0; j < n; ++j) y[r * n + j] *= s[j];
+    }
+  }
+  if (epilogue.residual) {
+    const std::vector<double> res = epilogue.residual->to_f64();
+    for (size_t i = 0; i < y.size(); ++i) y[i] += res[i];
+  }
   if (bias) {
     const std::vector<double> vb = bias->to_f64();
     for (int64_t r = 0; r < rows; ++r) {
@@ -161,9 +219,11 @@ Status linear_f64(const std::vector<double>& x, const std::vector<double>& w, co
 Status reference_linear(const RefCall& call) {
   const Tensor& x = *call.inputs[0];
   const Tensor& w = *call.inputs[1];
-  const Tensor* bias = call.inputs.size() == 3 ? call.inputs[2] : nullptr;
-  return linear_f64(x.to_f64(), w.to_f64(), bias, leading_rows(x.shape()), w.shape()[0], w.shape()[1],
-                    call.outputs[0], call.attrs.get_string("activation", "none") == "gelu_tanh");
+  const ops::LinearInputs at = ops::linear_inputs(call.inputs.size(), call.attrs);
+  auto input = [&](int i) { return i >= 0 ? call.inputs[static_cast<size_t>(i)] : nullptr; };
+  return linear_f64(x.to_f64(), w.to_f64(), input(at.bias), leading_rows(x.shape()), w.shape()[0], w.shape()[1],
+                    call.outputs[0], call.attrs.get_string("activation", "none") == "gelu_tanh",
+                    {input(at.scale), input(at.residual)});
 }
 
 // ---- scaled_linear: (xq * xs) @ (wq * ws)^T (+ b), FP8 operands, f32 scales ----
@@ -313,14 +373,18 @@ const AttrSpec kScaledLinearAttrs[] = {
      "weight scales as stored: \"row_major\" (default; [], [N,1] or [N/128,K/128]) or \"packed\" (as "
      "pack_scales writes them: [], [N] or [N/128, round_up(K/128, 4)], the block grid's rows padded)"}};
 const AttrSpec kLinearAttrs[] = {
-    {"activation", AttrKind::string, false, "epilogue after the bias: \"none\" (default) or \"gelu_tanh\""}};
+    {"activation", AttrKind::string, false, "epilogue after the bias: \"none\" (default) or \"gelu_tanh\""},
+    {"scale", AttrKind::int_, false, "1: an f32 [N] input after the bias scales each out feature of x @ w^T"},
+    {"residual", AttrKind::int_, false, "1: the last input, of the output's type, is added (before rounding)"}};
 
 }  // namespace
 
 const OpDef op_def_matmul{Op::matmul, "matmul", kTraitMatmul, 2, 2, {}, infer_matmul, cost_matmul,
                           reference_matmul, "a [..., M, K] @ b [..., K, N], batch dims broadcast"};
-const OpDef op_def_linear{Op::linear, "linear", kTraitMatmul, 2, 3, kLinearAttrs, infer_linear, cost_linear,
-                          reference_linear, "x [..., K] @ w[N, K]^T (+ b [N]), PyTorch weight layout"};
+const OpDef op_def_linear{Op::linear, "linear", kTraitMatmul, 2, 5, kLinearAttrs, infer_linear, cost_linear,
+                          reference_linear,
+                          "x [..., K] @ w[N, K]^T (+ b [N]), PyTorch weight layout; optionally scale [N] * (x @ w^T) "
+                          "+ b + residual, one rounding"};
 const OpDef op_def_scaled_linear{
     Op::scaled_linear, "scaled_linear", kTraitMatmul | kTraitQuantize, 4, 5, kScaledLinearAttrs,
     infer_scaled_linear, cost_scaled_linear, reference_scaled_linear,

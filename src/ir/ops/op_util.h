@@ -104,3 +104,17 @@ namespace kiln::ops {
 int all_axes_independent(const OpCall& call, std::span<const TensorType> outputs);
 int all_but_last_axis_independent(const OpCall& call, std::span<const TensorType> outputs);
 }  // namespace kiln::ops
+
+namespace kiln::ops {
+
+// Where linear's optional inputs sit: x, w, then bias [N], a per-feature scale [N] (f32; attr `scale` = 1) and a
+// residual [..., N] (attr `residual` = 1), each present or not (-1), in that order. The op computes
+// y = scale ⊙ (x · wᵀ) + bias + residual: the epilogue D = α·AB + β·C + bias of cuBLASLt with a per-feature α
+// and β = 1, one rounding to the output dtype. `count` is the number of inputs; a count that fits no layout
+// leaves bias at -2.
+struct LinearInputs {
+  int bias = -1, scale = -1, residual = -1;
+};
+LinearInputs linear_inputs(size_t count, const Attrs& attrs);
+
+}  // namespace kiln::ops
