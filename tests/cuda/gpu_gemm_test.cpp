@@ -113,6 +113,55 @@ INSTANTIATE_TEST_SUITE_P(Epilogues, GpuGemmBf16,
                                               : info.param == GemmEpilogue::bias ? "bias" : "bias_gelu");
                          });
 
+// kiln's linear epilogue (GemmDesc::scale / residual): y = scale ⊙ (x · wᵀ) + bias + residual, through cuBLASLt's
+// per-feature alpha (CUBLASLT_POINTER_MODE_ALPHA_DEVICE_VECTOR_*), beta = 1 and C = residual. Scales of mixed
+// sign and size, so that a bias scaled with the product (alpha ⊙ (AB + bias)) fails.
+struct ScaledCase {
+  bool bias, scale, residual;
+  const char* name;
+};
+
+class GpuGemmScaled : public ::testing::TestWithParam<ScaledCase> {};
+
+TEST_P(GpuGemmScaled, EveryAlgorithmMatchesTheReference) {
+  KILN_REQUIRE_GPU();
+  const ScaledCase c = GetParam();
+  std::mt19937 rng(13);
+  GemmDesc desc{.m = 80, .n = 96, .k = 200, .input = DType::bf16, .output = DType::bf16,
+                .epilogue = c.bias ? GemmEpilogue::bias : GemmEpilogue::none};
+  desc.scale = c.scale;
+  desc.residual = c.residual;
+  HostTensor x = random_tensor(DType::bf16, desc.m * desc.k, rng, 1.0);
+  HostTensor w = random_tensor(DType::bf16, desc.n * desc.k, rng, 0.1);
+  HostTensor bias = random_tensor(DType::bf16, desc.n, rng, 1.0);
+  HostTensor scale = random_tensor(DType::f32, desc.n, rng, 2.0);
+  HostTensor residual = random_tensor(DType::bf16, desc.m * desc.n, rng, 4.0);
+  expect_all_algorithms_match(
+      desc, {&x, &w, &bias, &scale, &residual},
+      [&](std::vector<CUdeviceptr>& p, GemmArgs& a) {
+        a.x = reinterpret_cast<void*>(p[0]);
+        a.w = reinterpret_cast<void*>(p[1]);
+        if (c.bias) a.bias = reinterpret_cast<void*>(p[2]);
+        if (c.scale) a.scale = reinterpret_cast<const float*>(p[3]);
+        if (c.residual) a.residual = reinterpret_cast<void*>(p[4]);
+      },
+      [&](int64_t i, int64_t j) {
+        double s = 0;
+        for (int64_t k = 0; k < desc.k; ++k) s += x.values[i * desc.k + k] * w.values[j * desc.k + k];
+        if (c.scale) s *= scale.values[j];
+        if (c.bias) s += bias.values[j];
+        if (c.residual) s += residual.values[i * desc.n + j];
+        return s;
+      });
+}
+
+INSTANTIATE_TEST_SUITE_P(Epilogues, GpuGemmScaled,
+                         ::testing::Values(ScaledCase{true, true, true, "bias_scale_residual"},
+                                           ScaledCase{false, false, true, "residual"},
+                                           ScaledCase{true, false, true, "bias_residual"},
+                                           ScaledCase{false, true, false, "scale"}),
+                         [](const auto& info) { return std::string(info.param.name); });
+
 // FP8: x and w hold e4m3 values, the scales are f32 in the layout the scaling mode names (gemm.h).
 struct Fp8Case {
   GemmScaling scaling;
