@@ -35,17 +35,37 @@ struct Epilogue {
   const DeviceTensor* residual = nullptr;
 };
 
+// The weight of a GEMM, [n, k], as f32 rows: in place when it is f32 already, else decoded a panel of rows at a
+// time into a buffer of about 1 MiB that stays in cache while sgemm reads it. A bf16 weight is then read once, at
+// 2 bytes an element, and no f32 copy of it is written to memory or page-faulted in on every call.
+struct WeightRows {
+  const float* f32 = nullptr;        // the whole weight, or null
+  const DeviceTensor* coded = nullptr;  // decoded by panels when f32 is null
+  int64_t panel_rows(int64_t n, int64_t k) const {
+    if (f32) return n;
+    const int64_t fit = std::max<int64_t>(16, ((int64_t{1} << 20) / (4 * std::max<int64_t>(k, 1))) / 16 * 16);
+    return std::min(n, fit);
+  }
+};
+
 // y[rows, n] = x[rows, k] @ w[n, k]^T (epilogue) (+ bias) (then GELU), stored into out.
-Status gemm_xwt(const std::vector<float>& x, const std::vector<float>& w, const DeviceTensor* bias, int64_t rows,
+Status gemm_xwt(const std::vector<float>& x, const WeightRows& w, const DeviceTensor* bias, int64_t rows,
                 int64_t n, int64_t k, bool gelu, const DeviceTensor& out, const Epilogue& epilogue = {}) {
   std::vector<float> y(static_cast<size_t>(rows * n), 0.0f);
   if (rows > 0 && n > 0 && k > 0) {
     if (std::max({rows, n, k}) > std::numeric_limits<blasint>::max()) {
       return make_error(ErrorCode::unsupported, "a GEMM size exceeds the BLAS integer range");
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(rows), static_cast<blasint>(n),
-                static_cast<blasint>(k), 1.0f, x.data(), static_cast<blasint>(k), w.data(), static_cast<blasint>(k),
-                0.0f, y.data(), static_cast<blasint>(n));
+    const int64_t panel = w.panel_rows(n, k);
+    std::vector<float> decoded(w.f32 ? 0 : static_cast<size_t>(panel * k));
+    for (int64_t j0 = 0; j0 < n; j0 += panel) {
+      const int64_t p = std::min(panel, n - j0);
+      const float* rows_f32 = w.f32 ? w.f32 + j0 * k : decoded.data();
+      if (!w.f32) to_f32_into(*w.coded, j0 * k, p * k, decoded.data());
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(rows), static_cast<blasint>(p),
+                  static_cast<blasint>(k), 1.0f, x.data(), static_cast<blasint>(k), rows_f32, static_cast<blasint>(k),
+                  0.0f, y.data() + j0, static_cast<blasint>(n));
+    }
   }
   if (epilogue.scale) {
     const std::vector<float> sc = to_f32(*epilogue.scale);
@@ -95,32 +115,35 @@ std::vector<float> dequantize_operand(const DeviceTensor& q, const DeviceTensor&
 
 }  // namespace
 
-std::vector<float> to_f32(const DeviceTensor& t) {
-  const int64_t n = shape_numel(t.type.shape);
-  std::vector<float> out(static_cast<size_t>(n));
+void to_f32_into(const DeviceTensor& t, int64_t first, int64_t count, float* out) {
   switch (t.type.dtype) {
-    case DType::f32: std::memcpy(out.data(), t.data, static_cast<size_t>(n) * 4); break;
+    case DType::f32: std::memcpy(out, static_cast<const float*>(t.data) + first, static_cast<size_t>(count) * 4); break;
     case DType::bf16: {
-      const auto* p = static_cast<const uint16_t*>(t.data);
-      for (int64_t i = 0; i < n; ++i) {
+      const auto* p = static_cast<const uint16_t*>(t.data) + first;
+      for (int64_t i = 0; i < count; ++i) {
         const uint32_t u = static_cast<uint32_t>(p[i]) << 16;
         std::memcpy(&out[i], &u, 4);
       }
       break;
     }
     case DType::f16: {
-      const auto* p = static_cast<const uint16_t*>(t.data);
+      const auto* p = static_cast<const uint16_t*>(t.data) + first;
       const float* table = f16_table();
-      for (int64_t i = 0; i < n; ++i) out[i] = table[p[i]];
+      for (int64_t i = 0; i < count; ++i) out[i] = table[p[i]];
       break;
     }
     default: {
       const size_t es = dtype_size(t.type.dtype);
-      for (int64_t i = 0; i < n; ++i) {
-        out[i] = static_cast<float>(load_element(t.type.dtype, static_cast<const std::byte*>(t.data) + i * es));
-      }
+      const auto* p = static_cast<const std::byte*>(t.data) + static_cast<size_t>(first) * es;
+      for (int64_t i = 0; i < count; ++i) out[i] = static_cast<float>(load_element(t.type.dtype, p + i * es));
     }
   }
+}
+
+std::vector<float> to_f32(const DeviceTensor& t) {
+  const int64_t n = shape_numel(t.type.shape);
+  std::vector<float> out(static_cast<size_t>(n));
+  to_f32_into(t, 0, n, out.data());
   return out;
 }
 
@@ -152,7 +175,8 @@ Status run_linear(const Attrs& attrs, std::span<const DeviceTensor> in, const De
   const Shape& w = in[1].type.shape;
   const ops::LinearInputs at = ops::linear_inputs(in.size(), attrs);
   auto input = [&](int i) { return i >= 0 ? &in[static_cast<size_t>(i)] : nullptr; };
-  return gemm_xwt(to_f32(in[0]), to_f32(in[1]), input(at.bias), leading_rows(in[0].type.shape), w[0], w[1],
+  const WeightRows weight{in[1].type.dtype == DType::f32 ? static_cast<const float*>(in[1].data) : nullptr, &in[1]};
+  return gemm_xwt(to_f32(in[0]), weight, input(at.bias), leading_rows(in[0].type.shape), w[0], w[1],
                   attrs.get_string("activation", "none") == "gelu_tanh", out, {input(at.scale), input(at.residual)});
 }
 
@@ -164,7 +188,7 @@ Status run_scaled_linear(const Attrs& attrs, std::span<const DeviceTensor> in, c
   x_row.push_back(1);
   const std::vector<float> x = dequantize_operand(in[0], in[1], x_row, rows, k, false);
   const std::vector<float> w = dequantize_operand(in[2], in[3], Shape{n, 1}, n, k, true);
-  return gemm_xwt(x, w, in.size() > 4 ? &in[4] : nullptr, rows, n, k,
+  return gemm_xwt(x, WeightRows{w.data(), nullptr}, in.size() > 4 ? &in[4] : nullptr, rows, n, k,
                   attrs.get_string("activation", "none") == "gelu_tanh", out);
 }
 

@@ -7,8 +7,9 @@
 
 namespace kiln::backend::cpu {
 
-// Every element of `t` as f32 (bf16/f16/fp8 decoded exactly).
+// Every element of `t` as f32 (bf16/f16/fp8 decoded exactly); elements [first, first + count) into `out`.
 std::vector<float> to_f32(const DeviceTensor& t);
+void to_f32_into(const DeviceTensor& t, int64_t first, int64_t count, float* out);
 // Stores f32 values into `t`, rounding to its dtype (round to nearest even).
 void store_f32(const float* values, const DeviceTensor& t);
 
