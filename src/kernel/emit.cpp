@@ -191,6 +191,7 @@ class CpuDialect final : public Dialect {
   Target target() const override { return Target::cpu; }
   std::string prelude() const override {
     return "#include \"kernel_abi.h\"\n#include <math.h>\n#include <stdint.h>\n#include <stdlib.h>\n#include <string.h>\n"
+           "#if defined(__AVX512BF16__)\n#include <immintrin.h>\n#endif\n"
            "#define KILN_FN static inline\n#define KILN_TABLE static const\n#define KILN_INF INFINITY\n"
            "#define KILN_NAN NAN\n"
            "KILN_FN float kiln_as_float(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }\n"
@@ -303,10 +304,32 @@ class CpuDialect final : public Dialect {
   }
   // The same bits as kiln_bf16_rne_high (checked over all 2^32 inputs), with the NaN test as one float
   // compare instead of an integer mask and compare: ~15% of a bf16 rmsnorm row on AVX-512.
+  //
+  // kiln_store_bf16_row stores a row of f32 values as bf16 with the same bits. AVX-512 BF16 converts 32 values
+  // an instruction (round to nearest even, NaNs quieted as here); it flushes f32 subnormals to zero, so a step
+  // holding one takes the scalar path. A modulated bf16 layernorm row: 13 -> 17.5 GB/s from cache on this VM.
   std::string bf16_rounding() const override {
     return "KILN_FN uint16_t kiln_bf16_bits(float f) {\n"
            "  const uint32_t u = kiln_as_uint(f);\n"
            "  return (uint16_t)(f != f ? (u >> 16) | 0x40u : (u + 0x7fffu + ((u >> 16) & 1u)) >> 16);\n"
+           "}\n"
+           "KILN_FN void kiln_store_bf16_row(uint16_t* __restrict dst, const float* __restrict src, int64_t n) {\n"
+           "  int64_t tail = 0;\n"
+           "#if defined(__AVX512BF16__)\n"
+           "  tail = n - n % 32;\n"
+           "  const __m512i magnitude = _mm512_set1_epi32(0x7fffffff), one = _mm512_set1_epi32(1), top = _mm512_set1_epi32(0x007fffff);\n"
+           "  for (int64_t i = 0; i < tail; i += 32) {\n"
+           "    const __m512 lo = _mm512_loadu_ps(src + i), hi = _mm512_loadu_ps(src + i + 16);\n"
+           "    const __m512i mlo = _mm512_sub_epi32(_mm512_and_si512(_mm512_castps_si512(lo), magnitude), one);\n"
+           "    const __m512i mhi = _mm512_sub_epi32(_mm512_and_si512(_mm512_castps_si512(hi), magnitude), one);\n"
+           "    if (_mm512_cmplt_epu32_mask(mlo, top) | _mm512_cmplt_epu32_mask(mhi, top)) {  // a subnormal\n"
+           "      for (int64_t j = i; j < i + 32; ++j) dst[j] = kiln_bf16_bits(src[j]);\n"
+           "      continue;\n"
+           "    }\n"
+           "    _mm512_storeu_si512((void*)(dst + i), (__m512i)_mm512_cvtne2ps_pbh(hi, lo));\n"
+           "  }\n"
+           "#endif\n"
+           "  for (int64_t i = tail; i < n; ++i) dst[i] = kiln_bf16_bits(src[i]);\n"
            "}\n"
            "KILN_FN float kiln_round_bf16(float f) {\n"
            "  const uint32_t u = kiln_as_uint(f);\n"
@@ -827,6 +850,11 @@ class KernelWriter {
     const int inner = innermost(s, 0, s.space.size());
     const bool spread_threads = d_.spreads_rows();
     if (inner < 0 && spread_threads) code_ += indent_ + d_.single_writer_open();
+    // CPU: a bf16 output along the stage's only loop goes into an f32 row buffer, stored by kiln_store_bf16_row.
+    const std::string row_store = cpu_row_store(s, inner);
+    if (!row_store.empty()) {
+      code_ += indent_ + fmt::format("alignas(64) float kiln_ob{}[{}];\n", i, s.space[static_cast<size_t>(inner)]);
+    }
     for (size_t a = 0; a < s.space.size(); ++a) open(s, a, static_cast<int>(a) == inner);
     // CPU: a value rounded to bf16/f16 only to be stored is stored from the unrounded operand (the store's
     // conversion rounds it the same way: rounding is idempotent), and a stored bf16 value that is already
@@ -858,6 +886,8 @@ class KernelWriter {
                    vector_copy(fmt::format("out{} + r * {} + {}", s.output, s.local_size, idx_at_vector_base(s.target)), arr,
                                s.type.dtype, true) +
                    d_.store_guard_close();
+    } else if (!row_store.empty()) {
+      code_ += indent_ + fmt::format("kiln_ob{}[{}] = {};\n", i, var_name(s.space_vars[static_cast<size_t>(inner)]), value);
     } else if (s.output >= 0 && bf16_bits_exact) {
       code_ += indent_ + fmt::format("out{}[r * {} + {}] = (uint16_t)(kiln_as_uint({}) >> 16);\n", s.output, s.local_size,
                                      target, value);
@@ -865,7 +895,23 @@ class KernelWriter {
       code_ += indent_ + d_.store_guard_open() + indent_ + store(s, target, value) + indent_ + d_.store_guard_close();
     }
     close_all(0);
+    if (!row_store.empty()) code_ += indent_ + row_store;
     if (inner < 0 && spread_threads) code_ += indent_ + d_.single_writer_close();
+  }
+
+  // The store of a CPU bf16 output stage through a row buffer (write_elementwise), or "" where it does not apply:
+  // the stage's one loop (every other axis has extent 1) runs along the output row, at most 8192 elements.
+  std::string cpu_row_store(const Stage& s, int inner) const {
+    if (d_.target() != Target::cpu || s.output < 0 || s.type.dtype != DType::bf16 || inner < 0) return "";
+    const int var = s.space_vars[static_cast<size_t>(inner)];
+    const int64_t extent = s.space[static_cast<size_t>(inner)];
+    for (size_t a = 0; a < s.space.size(); ++a) {
+      if (static_cast<int>(a) != inner && s.space_vars[a] >= 0) return "";
+    }
+    if (extent < 32 || extent > 8192 || !contiguous_in(s.target, var, 1)) return "";
+    const IndexExpr base = index_substitute(s.target, var, IndexExpr::of_constant(0), [&](int v) { return k_.extent(v); });
+    return fmt::format("kiln_store_bf16_row(out{} + r * {} + {}, kiln_ob{}, {});\n", s.output, s.local_size, idx(base),
+                       &s - k_.stages.data(), extent);
   }
 
   std::string finalize(const Stage& s, const std::string& acc, const std::string& nan) const {

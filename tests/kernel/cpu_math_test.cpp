@@ -72,16 +72,21 @@ std::string sweep_source() {
   // The CPU dialect's bf16 rounding, to compare with the shared definition.
   return s + "extern \"C\" void kiln_bf16_sweep(const float* __restrict x, uint32_t* __restrict bits, uint32_t* __restrict rounded, int64_t n) {\n"
              "#pragma omp simd\n"
-             "  for (int64_t i = 0; i < n; ++i) { bits[i] = kiln_bf16_bits(x[i]); rounded[i] = kiln_as_uint(kiln_round_bf16(x[i])); }\n}\n";
+             "  for (int64_t i = 0; i < n; ++i) { bits[i] = kiln_bf16_bits(x[i]); rounded[i] = kiln_as_uint(kiln_round_bf16(x[i])); }\n}\n"
+             // The row store (AVX-512 BF16 where the machine has it), as kernels call it on a row of up to 8192.
+             "extern \"C\" void kiln_bf16_row_sweep(const float* x, uint16_t* bits, int64_t n) {\n"
+             "  for (int64_t i = 0; i < n; i += 8192 - 7) kiln_store_bf16_row(bits + i, x + i, n - i < 8192 - 7 ? n - i : 8192 - 7);\n}\n";
 }
 
 using SweepFn = void (*)(int, const float*, float*, int64_t);
 using Bf16SweepFn = void (*)(const float*, uint32_t*, uint32_t*, int64_t);
+using Bf16RowSweepFn = void (*)(const float*, uint16_t*, int64_t);
 
 struct SweepLibrary {
   void* handle = nullptr;
   SweepFn sweep = nullptr;
   Bf16SweepFn bf16 = nullptr;
+  Bf16RowSweepFn bf16_row = nullptr;
   std::string error;
   ~SweepLibrary() {
     if (handle) dlclose(handle);
@@ -100,6 +105,7 @@ void build(const std::string& source, const std::vector<std::string>& flags, Swe
     if (!lib.handle) lib.error = dlerror();
     if (lib.handle) lib.sweep = reinterpret_cast<SweepFn>(dlsym(lib.handle, "kiln_sweep"));
     if (lib.handle) lib.bf16 = reinterpret_cast<Bf16SweepFn>(dlsym(lib.handle, "kiln_bf16_sweep"));
+    if (lib.handle) lib.bf16_row = reinterpret_cast<Bf16RowSweepFn>(dlsym(lib.handle, "kiln_bf16_row_sweep"));
   }
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);
@@ -216,7 +222,8 @@ TEST(CpuMath, SweepCatchesAPerturbedCoarseCoefficient) {
   EXPECT_GT(measure(lib.sweep, silu_c, sweep_inputs()).max_ulps, kFunctions[silu_c].max_ulps);
 }
 
-// The CPU dialect writes its own bf16 rounding (a float NaN test); it must give the shared definition's bits
+// The CPU dialect writes its own bf16 rounding (a float NaN test) and row store (kiln_store_bf16_row: the
+// hardware conversion, which flushes subnormals, with a scalar step around them); both must give the shared definition's bits
 // (round to nearest even, NaNs quieted), vectorized as kernels run it: every sign, exponent and high mantissa
 // (all 2^16 high halves) with the low halves that decide rounding (0, 1, below/at/above the tie, all ones).
 TEST(CpuMath, Bf16RoundingMatchesTheSharedDefinition) {
@@ -235,13 +242,16 @@ TEST(CpuMath, Bf16RoundingMatchesTheSharedDefinition) {
   std::vector<float> x;
   for (uint32_t u : patterns) x.push_back(from_bits(u));
   std::vector<uint32_t> bits(x.size()), rounded(x.size());
+  std::vector<uint16_t> row(x.size());
   lib.bf16(x.data(), bits.data(), rounded.data(), static_cast<int64_t>(x.size()));
+  ASSERT_TRUE(lib.bf16_row);
+  lib.bf16_row(x.data(), row.data(), static_cast<int64_t>(x.size()));
   int64_t mismatches = 0;
   for (size_t i = 0; i < patterns.size(); ++i) {
     const uint32_t want = shared(patterns[i]);
-    if (bits[i] != want >> 16 || rounded[i] != want) {
-      ADD_FAILURE_AT(__FILE__, __LINE__) << fmt::format("f32 bits {:#010x}: got {:#06x} / {:#010x}, want {:#010x}", patterns[i],
-                                                         bits[i], rounded[i], want);
+    if (bits[i] != want >> 16 || rounded[i] != want || row[i] != want >> 16) {
+      ADD_FAILURE_AT(__FILE__, __LINE__) << fmt::format("f32 bits {:#010x}: got {:#06x} / {:#010x} / row {:#06x}, want {:#010x}",
+                                                         patterns[i], bits[i], rounded[i], row[i], want);
       if (++mismatches > 5) break;
     }
   }
