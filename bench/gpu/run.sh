@@ -88,6 +88,15 @@ fi
 
 fi
 
+if [ -n "$tests" ] && command -v nvcc > /dev/null; then
+  # What one cuBLASLt GEMM with the residual epilogue (per-feature alpha, beta = 1, bias) costs next to the plain
+  # bias GEMM at FLUX's shapes, and which bias semantics the library has (bench/gpu/probe_gated_epilogue.cu).
+  step "cuBLASLt probe: gated residual epilogue"
+  nvcc -O2 -std=c++17 -arch=sm_90 "$root/bench/gpu/probe_gated_epilogue.cu" -lcublasLt -o "$build/probe_gated_epilogue" > "$log" 2>&1 \
+    && "$build/probe_gated_epilogue" > "$out/probe_gated_epilogue.txt" 2>&1
+  cat "$out/probe_gated_epilogue.txt" 2> /dev/null || tail -5 "$log"
+fi
+
 step "kiln run --backend cuda (tiny models against the reference)"
 for model in zoo:flux1-double-block:tiny zoo:flux1-single-block:tiny zoo:flux2-dev:tiny zoo:llama3-8b:tiny; do
   "$build/kiln" run "$model" --backend cuda 2>&1 | tail -4 || status=1
