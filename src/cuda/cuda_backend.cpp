@@ -169,11 +169,22 @@ class CudaBackend final : public backend::Backend {
     auto inferred = infer_node(op, inputs, attrs);
     if (!inferred.ok()) return inferred.error();
     switch (op) {
-      case Op::linear:
+      case Op::linear: {
         if (inputs[0].dtype != DType::bf16 && inputs[0].dtype != DType::f16)
           return make_error(ErrorCode::unsupported, "the CUDA backend's linear takes bf16 or f16, got " +
                                                         type_to_string(inputs[0]));
+        // The scale / residual epilogue is cuBLASLt's per-feature alpha mode: only where it offers an algorithm.
+        KILN_ASSIGN_OR_RETURN(GemmDesc desc, linear_desc(inputs, attrs));
+        if (desc.scale || desc.residual) {
+          auto [it, fresh] = epilogue_verdicts_.try_emplace(desc.str(), ok_status());
+          if (fresh) {
+            auto found = blas_.algorithms(desc, 1);
+            if (!found.ok()) it->second = found.error();
+          }
+          return it->second;
+        }
         return ok_status();
+      }
       case Op::scaled_linear: {
         KILN_ASSIGN_OR_RETURN(GemmScaling scaling, scaling_of(inputs));
         (void)scaling;
@@ -359,14 +370,15 @@ class CudaBackend final : public backend::Backend {
     return blas_.run(desc, it->second, args, stream_.handle());
   }
 
-  Status run_linear(const Attrs& attrs, std::span<const DeviceTensor> in, const DeviceTensor& out) {
-    const Shape& x = in[0].type.shape;
+  // The GEMM of linear(x, w, [b], [scale], [residual]) on these (inferred) input types.
+  static Result<GemmDesc> linear_desc(std::span<const TensorType> in, const Attrs& attrs) {
+    const Shape& x = in[0].shape;
     GemmDesc desc;
     desc.k = x.back();
-    desc.m = numel(x) / desc.k;
-    desc.n = in[1].type.shape[0];
-    desc.input = in[0].type.dtype;
-    desc.output = out.type.dtype;
+    desc.m = desc.k > 0 ? numel(x) / desc.k : 0;
+    desc.n = in[1].shape[0];
+    desc.input = in[0].dtype;
+    desc.output = in[0].dtype;
     const bool gelu = attrs.get_string("activation", "none") == "gelu_tanh";
     const ops::LinearInputs at = ops::linear_inputs(in.size(), attrs);
     const bool bias = at.bias >= 0;
@@ -375,6 +387,16 @@ class CudaBackend final : public backend::Backend {
     desc.epilogue = bias ? (gelu ? GemmEpilogue::bias_gelu : GemmEpilogue::bias) : GemmEpilogue::none;
     desc.scale = at.scale >= 0;
     desc.residual = at.residual >= 0;
+    return desc;
+  }
+
+  Status run_linear(const Attrs& attrs, std::span<const DeviceTensor> in, const DeviceTensor& out) {
+    std::vector<TensorType> types;
+    for (const DeviceTensor& t : in) types.push_back(t.type);
+    KILN_ASSIGN_OR_RETURN(GemmDesc desc, linear_desc(types, attrs));
+    desc.output = out.type.dtype;
+    const ops::LinearInputs at = ops::linear_inputs(in.size(), attrs);
+    const bool bias = at.bias >= 0;
     GemmArgs args{.x = in[0].data, .w = in[1].data, .y = out.data, .bias = bias ? in[static_cast<size_t>(at.bias)].data : nullptr};
     if (desc.scale) args.scale = static_cast<const float*>(in[static_cast<size_t>(at.scale)].data);
     if (desc.residual) args.residual = in[static_cast<size_t>(at.residual)].data;
@@ -454,6 +476,7 @@ class CudaBackend final : public backend::Backend {
   std::map<void*, DeviceBuffer> buffers_;
   std::map<std::string, std::vector<char>> cubins_;
   std::map<std::string, GemmAlgorithm> algorithms_;
+  mutable std::map<std::string, Status> epilogue_verdicts_;  // supports(): whether cuBLASLt offers the epilogue form
   std::unique_ptr<Module> helpers_;
   std::map<int64_t, DeviceBuffer> scale_vectors_;  // by m; one per shape is enough: GEMMs run in stream order
 #ifdef KILN_HAS_CUDNN
