@@ -27,6 +27,8 @@ const std::vector<PassTarget>& pass_targets() {
        {OpClass::elementwise, OpClass::rowwise, OpClass::reduction, OpClass::quantize, OpClass::view},
        "memory-bound primitives over the same rows become one generated kernel"},
       {"fold-epilogues", {OpClass::matmul, OpClass::elementwise}, "lone bias adds and GELUs fold into their GEMM"},
+      {"residual-epilogues", {OpClass::matmul, OpClass::elementwise},
+       "a GEMM's gated residual update (x + gate * (GEMM + b)) becomes its epilogue"},
   };
   return kTargets;
 }
