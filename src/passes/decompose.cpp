@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "ir/ops/op_util.h"
 #include "passes/graph_copier.h"
 
 namespace kiln::passes {
@@ -191,14 +192,18 @@ bool decompose_quantize(Emitter& e, const Node& node, const std::vector<ValueId>
 }
 
 // linear(x, w, b) -> linear(x, w) + b: the bias add becomes an elementwise op that fusion can fold into the
-// next group (or that a GEMM epilogue takes back).
+// next group (or that a GEMM epilogue takes back). A linear with the scale / residual epilogue keeps those
+// (scale ⊙ x·wᵀ + residual, then + b: the same sum).
 bool split_linear_bias(Emitter& e, const Node& node, const std::vector<ValueId>& in,
                        const std::vector<std::string>& names) {
   const size_t operands = node.op == Op::linear ? 2 : 4;  // linear(x, w) / scaled_linear(xq, xs, wq, ws)
-  if (in.size() <= operands || node.attrs.get_string("activation", "none") != "none") return false;
-  ValueId y = e.op(node.op, std::vector<ValueId>(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(operands)),
-                   node.attrs);
-  ValueId bias = in[operands];
+  const int bias_at = node.op == Op::linear ? ops::linear_inputs(in.size(), node.attrs).bias
+                                            : (in.size() > operands ? static_cast<int>(operands) : -1);
+  if (bias_at < 0 || node.attrs.get_string("activation", "none") != "none") return false;
+  std::vector<ValueId> kept = in;
+  kept.erase(kept.begin() + bias_at);
+  ValueId y = e.op(node.op, std::move(kept), node.attrs);
+  ValueId bias = in[static_cast<size_t>(bias_at)];
   if (e.type(bias).dtype != e.type(y).dtype) {
     bias = e.op(Op::cast, {bias}, {{"to", std::string(dtype_name(e.type(y).dtype))}});
   }

@@ -77,6 +77,12 @@ std::vector<OpCase> all_cases() {
     add(Op::matmul, {{d, {2, 3, 5}}, {d, {1, 5, 7}}});
     add(Op::linear, {{d, {3, 17}}, {d, {9, 17}}});
     add(Op::linear, {{d, {1, 2, 17}}, {d, {9, 17}}, {d, {9}}}, {{"activation", std::string("gelu_tanh")}});
+    // The scale / residual epilogue (ops::linear_inputs), with and without a bias, and an empty K.
+    add(Op::linear, {{d, {1, 3, 17}}, {d, {9, 17}}, {d, {9}}, {DType::f32, {9}}, {d, {1, 3, 9}}},
+        {{"scale", int64_t{1}}, {"residual", int64_t{1}}});
+    add(Op::linear, {{d, {3, 17}}, {d, {9, 17}}, {d, {3, 9}}}, {{"residual", int64_t{1}}});
+    add(Op::linear, {{d, {3, 17}}, {d, {9, 17}}, {DType::f32, {9}}}, {{"scale", int64_t{1}}});
+    add(Op::linear, {{d, {3, 0}}, {d, {9, 0}}, {d, {9}}});
     add(Op::attention, {{d, {1, 2, 5, 8}}, {d, {1, 1, 7, 8}}, {d, {1, 1, 7, 8}}});
     add(Op::attention, {{d, {1, 2, 5, 8}}, {d, {1, 2, 5, 8}}, {d, {1, 2, 5, 8}}}, {{"causal", int64_t{1}}});
     add(Op::attention, {{d, {1, 2, 3, 4}}, {d, {1, 2, 70, 4}}, {d, {1, 2, 70, 4}}, {DType::boolean, {3, 70}}});
