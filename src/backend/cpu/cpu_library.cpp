@@ -124,6 +124,7 @@ std::vector<float> dequantize_operand(const DeviceTensor& q, const DeviceTensor&
 }  // namespace
 
 void to_f32_into(const DeviceTensor& t, int64_t first, int64_t count, float* out) {
+  if (count <= 0) return;  // an empty tensor may have no storage at all
   switch (t.type.dtype) {
     case DType::f32: std::memcpy(out, static_cast<const float*>(t.data) + first, static_cast<size_t>(count) * 4); break;
     case DType::bf16: {
@@ -157,6 +158,7 @@ std::vector<float> to_f32(const DeviceTensor& t) {
 
 void store_f32(const float* values, const DeviceTensor& t) {
   const int64_t n = shape_numel(t.type.shape);
+  if (n <= 0) return;
   switch (t.type.dtype) {
     case DType::f32: std::memcpy(t.data, values, static_cast<size_t>(n) * 4); break;
     case DType::bf16: {
