@@ -220,7 +220,7 @@ class CudaBackend final : public backend::Backend {
       return make_error(ErrorCode::shape_error, fmt::format("{}: outputs do not match what the op gives ({})", op_name(op),
                                                             type_to_string((*inferred)[0])));
     switch (op) {
-      case Op::linear: return run_linear(attrs, inputs, outputs[0]);
+      case Op::linear: return run_linear(attrs, types, inputs, outputs[0]);
       case Op::scaled_linear: return run_scaled_linear(attrs, inputs, outputs[0]);
       case Op::attention: return run_attention(attrs, inputs, outputs[0]);
       case Op::full:
@@ -390,9 +390,8 @@ class CudaBackend final : public backend::Backend {
     return desc;
   }
 
-  Status run_linear(const Attrs& attrs, std::span<const DeviceTensor> in, const DeviceTensor& out) {
-    std::vector<TensorType> types;
-    for (const DeviceTensor& t : in) types.push_back(t.type);
+  Status run_linear(const Attrs& attrs, std::span<const TensorType> types, std::span<const DeviceTensor> in,
+                    const DeviceTensor& out) {
     KILN_ASSIGN_OR_RETURN(GemmDesc desc, linear_desc(types, attrs));
     desc.output = out.type.dtype;
     const ops::LinearInputs at = ops::linear_inputs(in.size(), attrs);

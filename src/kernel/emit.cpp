@@ -851,7 +851,7 @@ class KernelWriter {
     const bool spread_threads = d_.spreads_rows();
     if (inner < 0 && spread_threads) code_ += indent_ + d_.single_writer_open();
     // CPU: a bf16 output along the stage's only loop goes into an f32 row buffer, stored by kiln_store_bf16_row.
-    const std::string row_store = cpu_row_store(s, inner);
+    const std::string row_store = cpu_row_store(i, inner);
     if (!row_store.empty()) {
       code_ += indent_ + fmt::format("alignas(64) float kiln_ob{}[{}];\n", i, s.space[static_cast<size_t>(inner)]);
     }
@@ -901,7 +901,8 @@ class KernelWriter {
 
   // The store of a CPU bf16 output stage through a row buffer (write_elementwise), or "" where it does not apply:
   // the stage's one loop (every other axis has extent 1) runs along the output row, at most 8192 elements.
-  std::string cpu_row_store(const Stage& s, int inner) const {
+  std::string cpu_row_store(int i, int inner) const {
+    const Stage& s = k_.stages[static_cast<size_t>(i)];
     if (d_.target() != Target::cpu || s.output < 0 || s.type.dtype != DType::bf16 || inner < 0) return "";
     const int var = s.space_vars[static_cast<size_t>(inner)];
     const int64_t extent = s.space[static_cast<size_t>(inner)];
@@ -910,8 +911,8 @@ class KernelWriter {
     }
     if (extent < 32 || extent > 8192 || !contiguous_in(s.target, var, 1)) return "";
     const IndexExpr base = index_substitute(s.target, var, IndexExpr::of_constant(0), [&](int v) { return k_.extent(v); });
-    return fmt::format("kiln_store_bf16_row(out{} + r * {} + {}, kiln_ob{}, {});\n", s.output, s.local_size, idx(base),
-                       &s - k_.stages.data(), extent);
+    return fmt::format("kiln_store_bf16_row(out{} + r * {} + {}, kiln_ob{}, {});\n", s.output, s.local_size, idx(base), i,
+                       extent);
   }
 
   std::string finalize(const Stage& s, const std::string& acc, const std::string& nan) const {

@@ -33,8 +33,8 @@ std::vector<int64_t> row_block_bytes(const Kernel& k);
 
 // Per kernel input: true when it is bf16 or f16, holds at most kRowInvariantElements elements, and no load of
 // it depends on the row (a modulation's scale and shift, a norm's weight): the body converts it to f32 once per
-// row range it runs (kiln_h<i>) instead of once per row. 6 of the ~24 instructions per element of a modulated
-// bf16 layernorm row on AVX-512.
+// row range it runs (kiln_h<i>) instead of once per row: a modulated bf16 layernorm went from 11.2 to 13.2 GB/s
+// from cache on the 2-vCPU dev VM.
 inline constexpr int64_t kRowInvariantElements = 8192;
 std::vector<bool> row_invariant_inputs(const Kernel& k);
 

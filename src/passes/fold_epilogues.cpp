@@ -5,6 +5,7 @@
 #include <map>
 
 #include "passes/graph_copier.h"
+#include "passes/value_readers.h"
 
 namespace kiln::passes {
 namespace {
@@ -20,15 +21,7 @@ struct Fold {
 
 PassResult fold_gemm_epilogues(const Graph& graph) {
   PassReport report{"fold-epilogues", false, static_cast<int>(graph.nodes().size()), 0, {}, {}};
-  std::vector<std::vector<NodeId>> readers(graph.values().size());
-  for (NodeId id = 0; id < static_cast<NodeId>(graph.nodes().size()); ++id) {
-    for (ValueId v : graph.node(id).inputs) readers[v].push_back(id);
-  }
-  std::vector<bool> is_output(graph.values().size(), false);
-  for (const GraphOutput& o : graph.outputs()) is_output[o.value] = true;
-  auto only_reader = [&](ValueId v) -> NodeId {
-    return readers[v].size() == 1 && !is_output[v] ? readers[v][0] : -1;
-  };
+  const ValueReaders readers(graph);
   // Members of each group, to see whether a bias add is alone in its group (with at most its GELU).
   // Views in the group do no arithmetic; they stay behind as index maps.
   std::map<int32_t, int> group_size;
@@ -44,7 +37,7 @@ PassResult fold_gemm_epilogues(const Graph& graph) {
                                (gemm.op == Op::scaled_linear && gemm.inputs.size() == 4);
     if (!has_bias_slot || gemm.attrs.get_string("activation", "none") != "none") continue;
     const ValueId y = gemm.outputs[0];
-    const NodeId add_id = only_reader(y);
+    const NodeId add_id = readers.only_reader(y);
     if (add_id < 0 || graph.node(add_id).op != Op::add) continue;
     const Node& add = graph.node(add_id);
     const ValueId bias = add.inputs[0] == y ? add.inputs[1] : add.inputs[0];
@@ -55,7 +48,7 @@ PassResult fold_gemm_epilogues(const Graph& graph) {
     }
     Fold fold{id, add_id, -1, bias};
     int absorbed = 1;
-    const NodeId next = only_reader(add.outputs[0]);
+    const NodeId next = readers.only_reader(add.outputs[0]);
     if (next >= 0 && graph.node(next).op == Op::gelu && graph.node(next).attrs.get_string("approximate", "none") == "tanh" &&
         (add.group < 0 || graph.node(next).group == add.group)) {
       fold.gelu = next;

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "passes/graph_copier.h"
+#include "passes/value_readers.h"
 
 namespace kiln::passes {
 namespace {
@@ -26,15 +27,7 @@ ValueId other_operand(const Node& node, ValueId v) {
 
 PassResult fold_residual_epilogues(const Graph& graph) {
   PassReport report{"residual-epilogues", false, static_cast<int>(graph.nodes().size()), 0, {}, {}};
-  std::vector<std::vector<NodeId>> readers(graph.values().size());
-  for (NodeId id = 0; id < static_cast<NodeId>(graph.nodes().size()); ++id) {
-    for (ValueId v : graph.node(id).inputs) readers[v].push_back(id);
-  }
-  std::vector<bool> is_output(graph.values().size(), false);
-  for (const GraphOutput& o : graph.outputs()) is_output[o.value] = true;
-  auto only_reader = [&](ValueId v) -> NodeId {
-    return readers[v].size() == 1 && !is_output[v] ? readers[v][0] : -1;
-  };
+  const ValueReaders readers(graph);
 
   std::map<NodeId, Chain> fold_at;  // keyed by the chain's last node
   std::vector<bool> skip(graph.nodes().size(), false);
@@ -47,7 +40,7 @@ PassResult fold_residual_epilogues(const Graph& graph) {
     chain.gemm = id;
     ValueId v = gemm.outputs[0];
     auto step = [&](Op op, auto&& accepts) -> ValueId {  // the operand the next node adds, or -1
-      const NodeId next = only_reader(v);
+      const NodeId next = readers.only_reader(v);
       if (next < 0 || graph.node(next).op != op) return -1;
       const ValueId operand = other_operand(graph.node(next), v);
       if (operand < 0 || !accepts(graph.value(operand).type)) return -1;
