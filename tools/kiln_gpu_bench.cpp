@@ -279,7 +279,8 @@ json bench_plan(const std::string& spec, int reps, bool fused_only) {
   std::unique_ptr<backend::Backend> owned = must(backend::make_backend("cuda"));
   backend::Backend& gpu = *owned;
   const auto inputs = models::random_inputs(*model, 1);
-  auto measure = [&](const char* name, const passes::PipelineOptions& options) {
+  auto measure = [&](const char* name, passes::PipelineOptions options) {
+    options.supports = gpu.supports_fn();
     auto optimized = passes::run_pipeline(*model, options);
     if (!optimized.ok()) return json{{"error", optimized.error().message}};
     auto plan = backend::Plan::build(gpu, optimized->graph);
@@ -330,7 +331,9 @@ json bench_tuned_plan(const std::string& spec, double copy_bytes_per_second, int
   if (!model.ok()) return row["error"] = model.error().message, row;
   std::unique_ptr<backend::Backend> owned = must(backend::make_backend("cuda"));
   backend::Backend& gpu = *owned;
-  auto optimized = passes::run_pipeline(*model, {});
+  passes::PipelineOptions pipeline;
+  pipeline.supports = gpu.supports_fn();
+  auto optimized = passes::run_pipeline(*model, pipeline);
   if (!optimized.ok()) return row["error"] = optimized.error().message, row;
   const Graph& g = optimized->graph;
   // The plan's distinct generated kernels, as the tuner sees them (tune/task.h: views that alias their input

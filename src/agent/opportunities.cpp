@@ -67,9 +67,10 @@ double predicted_graph_seconds(const Graph& graph, const backend::DeviceInfo& de
 }
 
 Result<std::vector<Opportunity>> pass_opportunities(const Graph& model, const PlanConfig& current,
-                                                    const profile::PlanProfile& profile) {
+                                                    const profile::PlanProfile& profile,
+                                                    const passes::SupportsFn& supports) {
   const double launch = measured_launch_seconds(profile);
-  KILN_ASSIGN_OR_RETURN(Graph current_graph, build_graph(model, current));
+  KILN_ASSIGN_OR_RETURN(Graph current_graph, build_graph(model, current, supports));
   const double current_predicted = predicted_graph_seconds(current_graph, profile.device, launch);
   std::vector<Opportunity> out;
   for (const PassTarget& target : pass_targets()) {
@@ -87,7 +88,7 @@ Result<std::vector<Opportunity>> pass_opportunities(const Graph& model, const Pl
     o.time_share = profile.steps_seconds > 0 ? targeted_seconds / profile.steps_seconds : 0;
     PlanConfig next = current;
     next.disabled_passes.erase(target.pass);
-    KILN_ASSIGN_OR_RETURN(Graph next_graph, build_graph(model, next));
+    KILN_ASSIGN_OR_RETURN(Graph next_graph, build_graph(model, next, supports));
     const double saving = current_predicted - predicted_graph_seconds(next_graph, profile.device, launch);
     o.predicted_gain = targeted_model > 0 ? std::clamp(saving / targeted_model, 0.0, 1.0) : 0;
     const std::string pass = target.pass;

@@ -41,9 +41,11 @@ double measured_launch_seconds(const profile::PlanProfile& profile);
 double predicted_graph_seconds(const Graph& graph, const backend::DeviceInfo& device, double launch_seconds);
 
 // One opportunity per fusion pass disabled in `current`, with its share and predicted gain from `profile`
-// (of the Plan built from `model` under `current`). Errors come from the pipeline.
+// (of the Plan built from `model` under `current` for a target that runs what `supports` accepts). Errors
+// come from the pipeline.
 Result<std::vector<Opportunity>> pass_opportunities(const Graph& model, const PlanConfig& current,
-                                                    const profile::PlanProfile& profile);
+                                                    const profile::PlanProfile& profile,
+                                                    const passes::SupportsFn& supports = {});
 
 // The kernel-level opportunity over the profile's generated kernels; `apply` is left to the caller (the loop
 // wires the tuner in).

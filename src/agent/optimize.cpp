@@ -76,7 +76,7 @@ class Loop {
 Result<Deployed> Loop::deploy(const PlanConfig& config) {
   Deployed d;
   d.config = config;
-  KILN_ASSIGN_OR_RETURN(d.graph, build_graph(model_, config));
+  KILN_ASSIGN_OR_RETURN(d.graph, build_graph(model_, config, backend_.supports_fn()));
   backend::PlanOptions plan_options;
   plan_options.schedules = config.schedules;
   KILN_ASSIGN_OR_RETURN(d.plan, backend::Plan::build(backend_, d.graph, plan_options));
@@ -388,7 +388,7 @@ Result<OptimizeResult> Loop::run() {
   }
 
   KILN_ASSIGN_OR_RETURN(std::vector<Opportunity> model_level,
-                        pass_opportunities(model_, current_.config, result_.baseline_profile));
+                        pass_opportunities(model_, current_.config, result_.baseline_profile, backend_.supports_fn()));
   std::vector<Opportunity> kernel_extras;
   for (const Opportunity& o : options_.extra_opportunities) {
     (o.level == OpportunityLevel::model ? model_level : kernel_extras).push_back(o);

@@ -16,9 +16,10 @@ PlanConfig baseline_config() {
   return config;
 }
 
-Result<Graph> build_graph(const Graph& model, const PlanConfig& config) {
+Result<Graph> build_graph(const Graph& model, const PlanConfig& config, const passes::SupportsFn& supports) {
   passes::PipelineOptions options;
   options.disabled = config.disabled_passes;
+  options.supports = supports;
   KILN_ASSIGN_OR_RETURN(passes::PipelineResult result, passes::run_pipeline(model, options));
   Graph graph = std::move(result.graph);
   for (const GraphRewrite& rewrite : config.rewrites) {

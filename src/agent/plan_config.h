@@ -11,6 +11,7 @@
 
 #include "ir/graph.h"
 #include "kernel/schedule.h"
+#include "passes/pass.h"
 
 namespace kiln::agent {
 
@@ -30,7 +31,8 @@ const std::vector<std::string>& fusion_pass_names();
 // Baseline: the pipeline with fusion_pass_names() disabled.
 PlanConfig baseline_config();
 
-// The pipeline under `config`, then its rewrites in order.
-Result<Graph> build_graph(const Graph& model, const PlanConfig& config);
+// The pipeline under `config` for a target that runs what `supports` accepts (passes::SupportsFn; empty:
+// every form), then its rewrites in order.
+Result<Graph> build_graph(const Graph& model, const PlanConfig& config, const passes::SupportsFn& supports = {});
 
 }  // namespace kiln::agent

@@ -83,6 +83,10 @@ class Backend {
 
   // Whether the backend can run `op` on these input types (as a library call or inside generated kernels).
   virtual Status supports(Op op, std::span<const TensorType> inputs, const Attrs& attrs) const = 0;
+  // `supports` as the pipeline's passes ask it (passes::SupportsFn); the backend must outlive the function.
+  std::function<Status(Op, std::span<const TensorType>, const Attrs&)> supports_fn() const {
+    return [this](Op op, std::span<const TensorType> inputs, const Attrs& attrs) { return supports(op, inputs, attrs); };
+  }
   // Library ops: matmul, linear, scaled_linear, attention (and gather). Outputs are allocated by the caller
   // with the types inference gives.
   virtual Status run_library(Op op, const Attrs& attrs, std::span<const DeviceTensor> inputs,

@@ -109,7 +109,9 @@ Result<nlohmann::json> run_on_backend(BackendRun& run, const RunArgs& args, cons
   std::vector<std::string> schedule_notes;
   size_t tuned_kernels = 0;
   if (!run.plan) {
-    KILN_ASSIGN_OR_RETURN(passes::PipelineResult optimized, passes::run_pipeline(graph));
+    passes::PipelineOptions pipeline;
+    pipeline.supports = backend->supports_fn();
+    KILN_ASSIGN_OR_RETURN(passes::PipelineResult optimized, passes::run_pipeline(graph, pipeline));
     backend::PlanOptions plan_options;
     if (!args.schedules_file.empty()) {
       KILN_ASSIGN_OR_RETURN(tune::TuneResult tuned, tune::load_tune_result(args.schedules_file));

@@ -78,10 +78,12 @@ int run_tune(const TuneArgs& args) {
   }
   auto graph = load_model(args.model, args.source);
   if (!graph.ok()) return report_error(graph.error());
-  auto optimized = passes::run_pipeline(*graph);
-  if (!optimized.ok()) return report_error(optimized.error());
   auto backend = backend::make_backend(args.backend);
   if (!backend.ok()) return report_error(backend.error());
+  passes::PipelineOptions pipeline;
+  pipeline.supports = (*backend)->supports_fn();
+  auto optimized = passes::run_pipeline(*graph, pipeline);
+  if (!optimized.ok()) return report_error(optimized.error());
 
   tune::TuneOptions options = tune::default_tune_options();
   options.budget_seconds = args.budget_seconds;

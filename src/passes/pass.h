@@ -1,7 +1,9 @@
 // What every pass is: a pure function from graph to graph plus a report of what it changed.
 #pragma once
 
+#include <functional>
 #include <map>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -23,6 +25,11 @@ struct PassReport {
   // -> how many times: the summary line `kiln opt` prints per pass.
   std::map<std::string, int> found;
 };
+
+// Whether the backend the graph is built for runs `op` on these input types and attributes (a backend's
+// `supports`). A pass that can write a node in more than one form asks before it writes a form only some
+// backends run (a GEMM epilogue the library may lack); empty means every form is fine (the reference, the CPU).
+using SupportsFn = std::function<Status(Op, std::span<const TensorType>, const Attrs&)>;
 
 struct PassResult {
   Graph graph;

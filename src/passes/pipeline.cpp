@@ -20,25 +20,31 @@ namespace {
 struct PassEntry {
   const char* name;
   Exactness exactness;
-  PassResult (*run)(const Graph&);
+  PassResult (*run)(const Graph&, const SupportsFn&);
 };
+
+// Most passes write one form whatever the backend: they take the graph alone.
+template <PassResult (*Pass)(const Graph&)>
+PassResult any_target(const Graph& g, const SupportsFn&) {
+  return Pass(g);
+}
 
 PassResult fuse_rows_default(const Graph& g) { return fuse_row_groups(g); }
 
 const PassEntry kPipeline[] = {
-    {"cse-early", Exactness::exact, eliminate_common_subexpressions}, // one quantize per shared input
-    {"merge-gemms", Exactness::reassociating, merge_parallel_gemms}, // GEMMs sharing an input become one
-    {"pack-scales", Exactness::exact, pack_weight_scales},          // FP8 weight scales into the GEMM layout
-    {"sink-concat", Exactness::exact, sink_concats},                 // row ops move above joint concats
-    {"decompose", Exactness::reassociating, decompose_composites},  // composites -> primitives
-    {"attention-layouts", Exactness::exact, absorb_attention_layouts}, // head/token transposes into attention
-    {"cse", Exactness::exact, eliminate_common_subexpressions},     // structural hashing
-    {"dce", Exactness::exact, eliminate_dead_code},
+    {"cse-early", Exactness::exact, any_target<eliminate_common_subexpressions>}, // one quantize per shared input
+    {"merge-gemms", Exactness::reassociating, any_target<merge_parallel_gemms>}, // GEMMs sharing an input become one
+    {"pack-scales", Exactness::exact, any_target<pack_weight_scales>},          // FP8 weight scales into the GEMM layout
+    {"sink-concat", Exactness::exact, any_target<sink_concats>},                 // row ops move above joint concats
+    {"decompose", Exactness::reassociating, any_target<decompose_composites>},  // composites -> primitives
+    {"attention-layouts", Exactness::exact, any_target<absorb_attention_layouts>}, // head/token transposes into attention
+    {"cse", Exactness::exact, any_target<eliminate_common_subexpressions>},     // structural hashing
+    {"dce", Exactness::exact, any_target<eliminate_dead_code>},
     {"residual-epilogues", Exactness::reassociating, fold_residual_epilogues}, // x + gate * GEMM: its epilogue
-    {"fuse-rows", Exactness::exact, fuse_rows_default},              // annotates fused groups
-    {"fold-epilogues", Exactness::reassociating, fold_gemm_epilogues}, // lone bias/GELU back to the GEMM
-    {"canonicalize-views", Exactness::exact, canonicalize_views},    // views become groups' load index maps
-    {"join-concat-pieces", Exactness::exact, join_concat_pieces},    // congruent pieces of a concat: one kernel
+    {"fuse-rows", Exactness::exact, any_target<fuse_rows_default>},              // annotates fused groups
+    {"fold-epilogues", Exactness::reassociating, any_target<fold_gemm_epilogues>}, // lone bias/GELU back to the GEMM
+    {"canonicalize-views", Exactness::exact, any_target<canonicalize_views>},    // views become groups' load index maps
+    {"join-concat-pieces", Exactness::exact, any_target<join_concat_pieces>},    // congruent pieces of a concat: one kernel
 };
 
 }  // namespace
@@ -62,7 +68,7 @@ Result<PipelineResult> run_pipeline(const Graph& graph, const PipelineOptions& o
   PipelineResult result{graph, {}, measure_stage_work(graph), {}};
   for (const PassEntry& p : kPipeline) {
     if (options.disabled.count(p.name)) continue;
-    PassResult step = p.run(result.graph);
+    PassResult step = p.run(result.graph, options.supports);
     if (options.verify_between) {
       Status verified = verify_graph(step.graph);
       if (!verified.ok()) return with_context(verified.error(), std::string("after pass ") + p.name);

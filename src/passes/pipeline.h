@@ -14,6 +14,7 @@ namespace kiln::passes {
 struct PipelineOptions {
   std::set<std::string> disabled;  // pass names to skip
   bool verify_between = true;      // verify_graph after every pass (tests and debug builds)
+  SupportsFn supports;             // the target backend's; empty: every form (pass.h)
 };
 
 struct PipelineResult {

@@ -25,7 +25,7 @@ ValueId other_operand(const Node& node, ValueId v) {
 
 }  // namespace
 
-PassResult fold_residual_epilogues(const Graph& graph) {
+PassResult fold_residual_epilogues(const Graph& graph, const SupportsFn& supports) {
   PassReport report{"residual-epilogues", false, static_cast<int>(graph.nodes().size()), 0, {}, {}};
   const ValueReaders readers(graph);
 
@@ -56,6 +56,26 @@ PassResult fold_residual_epilogues(const Graph& graph) {
     chain.residual = step(Op::add, [&](const TensorType& t) { return t == y; });
     if (chain.scale < 0 && chain.residual < 0) continue;
     if (graph.value(v).type != y) continue;  // a broadcast widened the output: not the GEMM's shape
+    if (supports) {
+      // The folded GEMM's input types and attributes, as written below: the target must run that form.
+      std::vector<TensorType> in = {graph.value(gemm.inputs[0]).type, graph.value(gemm.inputs[1]).type};
+      Attrs attrs = gemm.attrs;
+      if (chain.bias >= 0) in.push_back(TensorType{y.dtype, Shape{n}});
+      if (chain.scale >= 0) {
+        in.push_back(TensorType{DType::f32, Shape{n}});
+        attrs.set("scale", int64_t{1});
+      }
+      if (chain.residual >= 0) {
+        in.push_back(y);
+        attrs.set("residual", int64_t{1});
+      }
+      const Status st = supports(Op::linear, in, attrs);
+      if (!st.ok()) {
+        ++report.found["left: the backend has no such epilogue"];
+        report.notes.push_back(graph.node_label(id) + " keeps its update: " + st.error().message);
+        continue;
+      }
+    }
     // Two chains meet where one's residual is the other's scaled product (x = a ⊙ A + b ⊙ B): the first folds.
     bool claimed = false;
     for (NodeId m : chain.nodes) claimed = claimed || skip[m];

@@ -8,13 +8,15 @@
 // Runs before fuse-rows, on the decomposed graph (bias adds split off). Each step of the chain must be the only
 // reader of the value before it; the gate must be one value per output feature (numel N: batch 1), the
 // residual of the output's type. The gate's f32 copy and gate ⊙ b are new [N] elementwise nodes, computed
-// once per call. Reassociating (one rounding instead of three), like the library's epilogue.
+// once per call. Reassociating (one rounding instead of three), like the library's epilogue. Only forms the
+// target `supports` are written (cuBLASLt on sm_90 has no per-feature alpha for bf16: there the gated update
+// stays a row kernel and only plain residual adds fold).
 #pragma once
 
 #include "passes/pass.h"
 
 namespace kiln::passes {
 
-PassResult fold_residual_epilogues(const Graph& graph);
+PassResult fold_residual_epilogues(const Graph& graph, const SupportsFn& supports = {});
 
 }  // namespace kiln::passes

@@ -23,10 +23,17 @@ inline backend::Backend& plan_test_backend() {
   return *b;
 }
 
-inline Graph optimized_zoo_model(const std::string& spec) {
+// The default pipeline for `target` (its supports(): the forms it runs), or for any target when null.
+inline passes::PipelineOptions pipeline_for(const backend::Backend* target) {
+  passes::PipelineOptions options;
+  if (target != nullptr) options.supports = target->supports_fn();
+  return options;
+}
+
+inline Graph optimized_zoo_model(const std::string& spec, const backend::Backend* target = nullptr) {
   auto model = models::build_zoo_model(spec);
   KILN_CHECK(model.ok());
-  auto optimized = passes::run_pipeline(*model);
+  auto optimized = passes::run_pipeline(*model, pipeline_for(target));
   KILN_CHECK(optimized.ok());
   return optimized->graph;
 }

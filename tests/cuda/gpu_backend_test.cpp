@@ -6,6 +6,7 @@
 #include <set>
 
 #include "../backend/backend_test_util.h"
+#include "../backend/plan_test_util.h"
 #include "cuda/cuda_backend.h"
 #include "gpu_test_util.h"
 #include "kernel/kernel_ir.h"
@@ -54,7 +55,7 @@ TEST(GpuBackend, EveryZooFusedGroupMatchesTheReference) {
   for (const std::string& spec : kModels) {
     auto model = models::build_zoo_model(spec);
     ASSERT_TRUE(model.ok()) << spec << ": " << model.error().message;
-    auto optimized = passes::run_pipeline(*model);
+    auto optimized = passes::run_pipeline(*model, testing::pipeline_for(gpu));
     ASSERT_TRUE(optimized.ok()) << spec;
     for (const passes::FusedGroup& fg : passes::collect_fused_groups(optimized->graph)) {
       if (fg.outputs.empty()) continue;
@@ -81,7 +82,7 @@ TEST(GpuBackend, ZooModelsRunAsFusedPlans) {
                                   std::string("flux1-double-block:tiny,dtype=fp8,fp8_scaling=block")}) {
     auto model = models::build_zoo_model(spec);
     ASSERT_TRUE(model.ok()) << spec;
-    auto optimized = passes::run_pipeline(*model);
+    auto optimized = passes::run_pipeline(*model, testing::pipeline_for(gpu));
     ASSERT_TRUE(optimized.ok()) << spec;
     int64_t k = 1;
     for (const Node& n : optimized->graph.nodes())
@@ -120,7 +121,7 @@ TEST(GpuBackend, BlockScaledLinearMatchesTheReference) {
     })";
   for (const char* text : {full, ragged_n_gelu}) {
     const Graph g = testing::parse_or_die(text);
-    auto optimized = passes::run_pipeline(g);
+    auto optimized = passes::run_pipeline(g, testing::pipeline_for(gpu));
     ASSERT_TRUE(optimized.ok()) << optimized.error().message;
     int fallbacks = 0;
     EXPECT_EQ(testing::check_plan_on(*gpu, optimized->graph, g, false, 512, {}, &fallbacks), "") << text;

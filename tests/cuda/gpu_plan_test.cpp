@@ -27,7 +27,7 @@ backend::Backend* gpu_plan_backend(std::string* why) {
 TEST(GpuPlan, SharedMemoryMatchesOneBufferPerValueBitForBit) {
   KILN_REQUIRE_CUDA_PLAN_BACKEND();
   for (const std::string spec : {"flux1-double-block:tiny", "qwen-image:tiny", "flux2-dev:tiny"}) {
-    const Graph g = testing::optimized_zoo_model(spec);
+    const Graph g = testing::optimized_zoo_model(spec, gpu);
     backend::PlanOptions unshared;
     unshared.reuse_memory = false;
     auto a = backend::Plan::build(*gpu, g);
@@ -45,7 +45,7 @@ TEST(GpuPlan, SharedMemoryMatchesOneBufferPerValueBitForBit) {
 
 TEST(GpuPlan, QwenImagePerStepCacheOnTheGpu) {
   KILN_REQUIRE_CUDA_PLAN_BACKEND();
-  const Graph g = testing::optimized_zoo_model("qwen-image:tiny");
+  const Graph g = testing::optimized_zoo_model("qwen-image:tiny", gpu);
   auto plan = backend::Plan::build(*gpu, g);
   ASSERT_TRUE(plan.ok()) << plan.error().message;
   backend::Plan& p = **plan;
@@ -69,7 +69,7 @@ TEST(GpuPlan, QwenImagePerStepCacheOnTheGpu) {
 
 TEST(GpuPlan, ArtifactRoundTrip) {
   KILN_REQUIRE_CUDA_PLAN_BACKEND();
-  const Graph g = testing::optimized_zoo_model("flux1-double-block:tiny");
+  const Graph g = testing::optimized_zoo_model("flux1-double-block:tiny", gpu);
   auto plan = backend::Plan::build(*gpu, g);
   ASSERT_TRUE(plan.ok());
   backend::PlanArtifactInfo info;

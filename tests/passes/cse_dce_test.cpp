@@ -102,10 +102,10 @@ TEST(PassPipeline, RunsInOrderAndRejectsUnknownPassNames) {
   auto all = passes::run_pipeline(g);
   ASSERT_TRUE(all.ok()) << all.error().message;
   EXPECT_EQ(all->graph.nodes().size(), 1u);  // cse merges %b into %a, dce drops %c
-  auto no_dce = passes::run_pipeline(g, {{"dce"}, true});
+  auto no_dce = passes::run_pipeline(g, testing::pipeline_without({"dce"}));
   ASSERT_TRUE(no_dce.ok());
   EXPECT_EQ(no_dce->graph.nodes().size(), 2u);
-  auto bad = passes::run_pipeline(g, {{"fuse-everything"}, true});
+  auto bad = passes::run_pipeline(g, testing::pipeline_without({"fuse-everything"}));
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.error().message.find("fuse-everything"), std::string::npos);
 }

@@ -8,6 +8,7 @@
 #include "../backend/backend_test_util.h"
 #include "kernel/kernel_ir.h"
 #include "models/weights.h"
+#include "pass_test_util.h"
 #include "models/zoo.h"
 #include "passes/fuse_rows.h"
 #include "passes/pipeline.h"
@@ -18,7 +19,7 @@ namespace {
 TEST(PassJoinConcatPieces, FluxQkNormsBecomeOneKernelOverTheJointSequence) {
   auto model = models::build_zoo_model("flux1-double-block:tiny");
   ASSERT_TRUE(model.ok()) << model.error().message;
-  auto apart = passes::run_pipeline(*model, {{"join-concat-pieces"}, true});
+  auto apart = passes::run_pipeline(*model, testing::pipeline_without({"join-concat-pieces"}));
   auto joined = passes::run_pipeline(*model);
   ASSERT_TRUE(apart.ok() && joined.ok());
   const passes::PassReport* report = nullptr;

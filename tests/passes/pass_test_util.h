@@ -8,9 +8,17 @@
 
 #include "ir/text.h"
 #include "passes/pass.h"
+#include "passes/pipeline.h"
 #include "ref/executor.h"
 
 namespace kiln::testing {
+
+// The default pipeline with the named passes left out.
+inline passes::PipelineOptions pipeline_without(std::initializer_list<std::string> passes) {
+  passes::PipelineOptions options;
+  options.disabled.insert(passes.begin(), passes.end());
+  return options;
+}
 
 inline Graph parse_or_die(const std::string& text) {
   auto g = parse_graph_text(text, "<test>");

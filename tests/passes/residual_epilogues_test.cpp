@@ -6,6 +6,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/plan.h"
+#include "ir/ops/op_util.h"
 #include "models/zoo.h"
 #include "pass_test_util.h"
 #include "passes/fuse_rows.h"
@@ -58,6 +59,45 @@ TEST(PassResidualEpilogues, FluxGatedResidualBecomesTheGemmEpilogue) {
     })")));
   EXPECT_TRUE(verify_graph(r.graph).ok());
   expect_close_on_reference(g, r.graph, "o", 0.1);
+}
+
+// A target without the per-feature scale (cuBLASLt on the H200 for bf16): the gated update stays as it was, the
+// plain residual add still folds, and the pass says why it left the other.
+TEST(PassResidualEpilogues, WritesOnlyFormsTheTargetRuns) {
+  Graph g = testing::parse_or_die(R"(graph g {
+      input %a: bf16[1,6,8] per_call
+      input %w: bf16[4,8] weight
+      input %b: bf16[4] weight
+      input %x: bf16[1,6,4] per_call
+      input %gate: bf16[1,1,4] per_call
+      %y: bf16[1,6,4] = linear(%a, %w)
+      %yb: bf16[1,6,4] = add(%y, %b)
+      %g: bf16[1,6,4] = mul(%gate, %yb)
+      %o: bf16[1,6,4] = add(%x, %g)
+      %z: bf16[1,6,4] = linear(%a, %w)
+      %p: bf16[1,6,4] = add(%o, %z)
+      output p = %p
+    })");
+  int asked = 0;
+  const passes::SupportsFn no_scale = [&](Op op, std::span<const TensorType> inputs, const Attrs& attrs) -> Status {
+    ++asked;
+    EXPECT_EQ(op, Op::linear);
+    EXPECT_NE(ops::linear_inputs(inputs.size(), attrs).bias, -2) << inputs.size() << " inputs fit no layout";
+    if (attrs.get_int("scale", 0) != 0) return make_error(ErrorCode::unsupported, "no per-feature scale here");
+    return ok_status();
+  };
+  auto r = passes::fold_residual_epilogues(g, no_scale);
+  EXPECT_EQ(asked, 2);
+  EXPECT_EQ(r.report.found.count("linear + bias ⊙ gate + residual epilogue"), 0u);
+  EXPECT_EQ(r.report.found.at("linear + residual epilogue"), 1);
+  EXPECT_EQ(r.report.found.at("left: the backend has no such epilogue"), 1);
+  ASSERT_FALSE(r.report.notes.empty());
+  EXPECT_NE(r.report.notes[0].find("no per-feature scale here"), std::string::npos) << r.report.notes[0];
+  int gated = 0;
+  for (const Node& n : r.graph.nodes()) gated += n.op == Op::linear && n.attrs.get_int("scale", 0) != 0;
+  EXPECT_EQ(gated, 0);
+  EXPECT_TRUE(verify_graph(r.graph).ok());
+  expect_close_on_reference(g, r.graph, "p", 0.1);
 }
 
 TEST(PassResidualEpilogues, PlainResidualAndLoneGateFoldToo) {
