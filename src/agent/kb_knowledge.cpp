@@ -84,6 +84,7 @@ Result<StoredPlan> plan_from_recipe(const kb::Recipe& recipe) {
     p.prior = j.value("prior", std::string());
     for (const std::string& name : string_list(j, "disabled_passes")) p.disabled_passes.insert(name);
     p.rewrites = string_list(j, "rewrites");
+    p.lanes = std::max(1, j.value("lanes", 1));  // recipes before lanes ran on one
     p.kept = string_list(j, "kept");
     p.decided = string_list(j, "decided");
     for (const auto& [hash, schedule] : j.at("schedules").items()) {
@@ -252,7 +253,7 @@ void KbKnowledge::record_plan(const PlanKey& key, const StoredPlan& plan) {
   r.fingerprint = fingerprint_;
   r.kind = kb::ImplementationKind::library;
   r.implementation = {{"model", key.model_key}, {"disabled_passes", plan.disabled_passes}, {"rewrites", plan.rewrites},
-                      {"kept", plan.kept}, {"decided", plan.decided}, {"prior", plan.prior}, {"schedules", schedules}};
+                      {"lanes", plan.lanes}, {"kept", plan.kept}, {"decided", plan.decided}, {"prior", plan.prior}, {"schedules", schedules}};
   r.seconds = plan.seconds;
   r.timings = nlohmann::json::array();
   r.verification = {{"numerics", "every output within the numerics policy vs the reference executor"}};

@@ -54,6 +54,7 @@ struct StoredPlan {
   std::set<std::string> disabled_passes;
   std::map<std::string, kernel::Schedule> schedules;
   std::vector<std::string> rewrites;
+  int lanes = 1;
   std::vector<std::string> kept;     // the optimizations it kept, in order (for the report)
   std::vector<std::string> decided;  // every opportunity it decided (kept or not); not those the budget skipped
   std::string prior;                 // the near plan it started from ("recipe (model, run)"), if any

@@ -1,5 +1,7 @@
 #include "agent/opportunities.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <set>
 
@@ -100,6 +102,21 @@ Result<std::vector<Opportunity>> pass_opportunities(const Graph& model, const Pl
     out.push_back(std::move(o));
   }
   return out;
+}
+
+Opportunity lanes_opportunity(int lanes) {
+  Opportunity o;
+  o.name = "multi-stream";
+  o.level = OpportunityLevel::model;
+  o.description = fmt::format("independent chains of steps (a double block's image and text streams) on {} lanes",
+                              lanes);
+  o.time_share = 1;
+  o.apply = [lanes](const PlanConfig& config) -> Result<PlanConfig> {
+    PlanConfig c = config;
+    c.lanes = lanes;
+    return c;
+  };
+  return o;
 }
 
 Opportunity kernel_tuning_opportunity(const profile::PlanProfile& profile) {

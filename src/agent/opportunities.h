@@ -47,6 +47,10 @@ Result<std::vector<Opportunity>> pass_opportunities(const Graph& model, const Pl
                                                     const profile::PlanProfile& profile,
                                                     const passes::SupportsFn& supports = {});
 
+// Plan level: steps on up to `lanes` lanes (backend/lanes.h), independent chains side by side. Its gain is not
+// predicted (score 0): the A/B gate decides.
+Opportunity lanes_opportunity(int lanes);
+
 // The kernel-level opportunity over the profile's generated kernels; `apply` is left to the caller (the loop
 // wires the tuner in).
 Opportunity kernel_tuning_opportunity(const profile::PlanProfile& profile);

@@ -79,6 +79,7 @@ Result<Deployed> Loop::deploy(const PlanConfig& config) {
   KILN_ASSIGN_OR_RETURN(d.graph, build_graph(model_, config, backend_.supports_fn()));
   backend::PlanOptions plan_options;
   plan_options.schedules = config.schedules;
+  plan_options.lanes = config.lanes;
   KILN_ASSIGN_OR_RETURN(d.plan, backend::Plan::build(backend_, d.graph, plan_options));
   KILN_ASSIGN_OR_RETURN(d.outputs, d.plan->run(inputs_));
   backend::Plan* plan = d.plan.get();
@@ -207,6 +208,7 @@ Result<PlanConfig> Loop::stored_config(const StoredPlan& stored, bool with_sched
   PlanConfig config = options_.baseline;
   config.disabled_passes = stored.disabled_passes;
   if (with_schedules) config.schedules = stored.schedules;
+  config.lanes = stored.lanes;
   config.rewrites.clear();
   for (const std::string& name : stored.rewrites) {
     auto it = std::find_if(options_.baseline.rewrites.begin(), options_.baseline.rewrites.end(),
@@ -298,6 +300,7 @@ void Loop::finish_knowledge() {
     StoredPlan p;
     p.disabled_passes = result_.final_config.disabled_passes;
     p.schedules = result_.final_config.schedules;
+    p.lanes = result_.final_config.lanes;
     for (const GraphRewrite& r : result_.final_config.rewrites) p.rewrites.push_back(r.name);
     p.kept = kept_;
     p.decided = decided_;
@@ -389,6 +392,7 @@ Result<OptimizeResult> Loop::run() {
 
   KILN_ASSIGN_OR_RETURN(std::vector<Opportunity> model_level,
                         pass_opportunities(model_, current_.config, result_.baseline_profile, backend_.supports_fn()));
+  if (backend_.lanes() > 1 && current_.config.lanes == 1) model_level.push_back(lanes_opportunity(backend_.lanes()));
   std::vector<Opportunity> kernel_extras;
   for (const Opportunity& o : options_.extra_opportunities) {
     (o.level == OpportunityLevel::model ? model_level : kernel_extras).push_back(o);
@@ -488,6 +492,7 @@ std::string final_plan_json(const OptimizeResult& result) {
                       {"passes", passes},
                       {"disabled_passes", result.final_config.disabled_passes},
                       {"rewrites", rewrites},
+                      {"lanes", result.final_config.lanes},
                       {"schedules", schedules},
                       {"end_to_end_seconds", result.final_seconds()},
                       {"kernels", s.kernels},

@@ -24,6 +24,7 @@ struct PlanConfig {
   std::set<std::string> disabled_passes;
   std::map<std::string, kernel::Schedule> schedules;
   std::vector<GraphRewrite> rewrites;
+  int lanes = 1;  // backend::PlanOptions::lanes: the multi-stream opportunity sets it
 };
 
 // The passes a naive lowering leaves out (one kernel or library call per op): the merges and fusions.

@@ -92,6 +92,19 @@ class Backend {
   virtual Status run_library(Op op, const Attrs& attrs, std::span<const DeviceTensor> inputs,
                              std::span<const DeviceTensor> outputs) = 0;
 
+  // Lanes: independent queues of work on the device (CUDA streams). Launches, library calls and copies go to
+  // the current lane. `record_event(e)` marks event e (a number >= 0, reused freely) at the point the current
+  // lane has reached; `wait_event(e)` makes work launched on the current lane from now on wait for what e
+  // marked (under capture, a graph edge). A backend that runs work as it is launched (the CPU) has one lane
+  // and nothing to wait for. Lane 0 is where work goes outside a plan's steps.
+  virtual int lanes() const { return 1; }
+  virtual Status use_lane(int lane) {
+    if (lane == 0) return ok_status();
+    return make_error(ErrorCode::invalid_argument, "this backend has one lane");
+  }
+  virtual Status record_event(int /*event*/) { return ok_status(); }
+  virtual Status wait_event(int /*event*/) { return ok_status(); }
+
   // Waits for all launched work.
   virtual Status synchronize() = 0;
   // Times `work` (which launches device work) on the device's own clock, after warm-up.

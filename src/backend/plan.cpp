@@ -8,6 +8,7 @@
 #include <queue>
 #include <set>
 
+#include "backend/lanes.h"
 #include "backend/memory_plan.h"
 #include "kernel/emit.h"
 #include "passes/staging.h"
@@ -258,6 +259,45 @@ Result<std::unique_ptr<Plan>> Plan::build(Backend& backend, const Graph& graph, 
   plan->summary_.per_step_steps = static_cast<int>(plan->per_step_end_ - plan->load_end_);
   plan->summary_.per_call_steps = static_cast<int>(steps.size() - plan->per_step_end_);
 
+  // Lanes, stage by stage (lanes.h). complete_before[i]: the first step from which every later step of the
+  // stage is ordered after step i; with one lane, i + 1.
+  const int lanes = plan->summary_.fallbacks > 0 ? 1 : std::clamp(options.lanes, 1, backend.lanes());
+  std::vector<int> complete_before(steps.size());
+  {
+    std::map<ValueId, std::vector<int>> writers;  // by root: a concat's pieces are written by several steps
+    for (size_t i = 0; i < steps.size(); ++i) {
+      for (ValueId v : steps[i].outputs) writers[root_of(v)].push_back(static_cast<int>(i));
+    }
+    const size_t bounds[] = {0, plan->load_end_, plan->per_step_end_, steps.size()};
+    for (int r = 0; r < 3; ++r) {
+      const int begin = static_cast<int>(bounds[r]), end = static_cast<int>(bounds[r + 1]);
+      std::vector<std::vector<int>> reads(static_cast<size_t>(end - begin));
+      for (int i = begin; i < end; ++i) {
+        std::vector<int>& into = reads[static_cast<size_t>(i - begin)];
+        for (ValueId v : steps[static_cast<size_t>(i)].inputs) {
+          auto w = writers.find(root_of(v));
+          if (w == writers.end()) continue;
+          for (int p : w->second) {
+            if (p >= begin && p < i) into.push_back(p - begin);
+          }
+        }
+        std::sort(into.begin(), into.end());
+        into.erase(std::unique(into.begin(), into.end()), into.end());
+      }
+      const LaneSchedule schedule = schedule_lanes(reads, lanes);
+      for (int i = begin; i < end; ++i) {
+        Step& s = steps[static_cast<size_t>(i)];
+        s.lane = schedule.lane[static_cast<size_t>(i - begin)];
+        s.waits.clear();
+        for (int p : schedule.waits[static_cast<size_t>(i - begin)]) s.waits.push_back(begin + p);
+        s.signals = schedule.signals[static_cast<size_t>(i - begin)];
+        complete_before[static_cast<size_t>(i)] = begin + schedule.complete_before[static_cast<size_t>(i - begin)];
+      }
+      plan->summary_.lanes = std::max(plan->summary_.lanes, schedule.lanes_used);
+      plan->summary_.lane_waits += schedule.waits_total;
+    }
+  }
+
   // Values that outlive the call: graph outputs (through any view of them).
   std::set<ValueId> kept;
   for (const GraphOutput& o : g.outputs()) kept.insert(root_of(o.value));
@@ -274,20 +314,22 @@ Result<std::unique_ptr<Plan>> Plan::build(Backend& backend, const Graph& graph, 
   plan->cached_values_.assign(cached.begin(), cached.end());
 
   // Memory: per-call intermediates live from the call step that writes them to the last call step that reads
-  // them (or a view of them); everything else owns its buffer.
+  // them (or a view of them), or on several lanes until every later step is ordered after those steps;
+  // everything else owns its buffer.
   std::vector<ValueId> pooled;
   std::map<ValueId, MemoryRequest> lives;
   for (size_t i = plan->per_step_end_; i < steps.size(); ++i) {
     const int at = static_cast<int>(i - plan->per_step_end_);
+    const int until = complete_before[i] - 1 - static_cast<int>(plan->per_step_end_);
     for (ValueId v : steps[i].outputs) {
       if (options.reuse_memory && !kept.count(v) && !lives.count(v)) {
-        lives[v] = MemoryRequest{static_cast<int64_t>(type_bytes(g.value(v).type)), at, at};
+        lives[v] = MemoryRequest{static_cast<int64_t>(type_bytes(g.value(v).type)), at, until};
         pooled.push_back(v);
       }
     }
     for (ValueId v : steps[i].inputs) {
       auto it = lives.find(root_of(v));
-      if (it != lives.end()) it->second.last_step = std::max(it->second.last_step, at);
+      if (it != lives.end()) it->second.last_step = std::max(it->second.last_step, until);
     }
   }
   std::vector<MemoryRequest> requests;
@@ -396,9 +438,35 @@ Status Plan::run_fallback(const Step& step) {
   return ok_status();
 }
 
-Status Plan::run_steps(size_t begin, size_t end) {
+// Events: step i's is i; the fork's and the joins' come after the steps'.
+Status Plan::run_steps(size_t begin, size_t end, bool on_lanes) {
+  const int lanes = on_lanes ? summary_.lanes : 1;
+  const int fork = static_cast<int>(steps_.size());
+  if (lanes > 1) KILN_TRY(backend_.record_event(fork));
+  for (int l = 1; l < lanes; ++l) {  // fork: every lane after what came before
+    KILN_TRY(backend_.use_lane(l));
+    KILN_TRY(backend_.wait_event(fork));
+  }
+  Status ran = run_steps_on_lanes(begin, end, lanes > 1);
+  for (int l = 1; l < lanes; ++l) {  // join: what follows runs after every lane (also after a failure)
+    Status st = backend_.use_lane(l);
+    if (st.ok()) st = backend_.record_event(fork + l);
+    if (st.ok()) st = backend_.use_lane(0);
+    if (st.ok()) st = backend_.wait_event(fork + l);
+    if (ran.ok() && !st.ok()) ran = st;
+  }
+  Status back = backend_.use_lane(0);
+  if (!ran.ok()) return ran;
+  return back;
+}
+
+Status Plan::run_steps_on_lanes(size_t begin, size_t end, bool on_lanes) {
   for (size_t i = begin; i < end; ++i) {
     const Step& step = steps_[i];
+    if (on_lanes) {
+      KILN_TRY(backend_.use_lane(step.lane));
+      for (int p : step.waits) KILN_TRY(backend_.wait_event(p));
+    }
     std::vector<DeviceTensor> in, out;
     for (ValueId v : step.inputs) in.push_back(tensors_.at(v));
     for (ValueId v : step.outputs) out.push_back(tensors_.at(v));
@@ -413,6 +481,7 @@ Status Plan::run_steps(size_t begin, size_t end) {
       case Step::Kind::fallback: st = run_fallback(step); break;
     }
     if (!st.ok()) return with_context(st.error(), step.label);
+    if (on_lanes && step.signals) KILN_TRY(backend_.record_event(static_cast<int>(i)));
   }
   return ok_status();
 }
@@ -422,7 +491,7 @@ Status Plan::execute_step(size_t index) {
     return make_error(ErrorCode::invalid_argument,
                       fmt::format("plan: step {} does not exist (the plan has {} steps)", index, steps_.size()));
   }
-  return run_steps(index, index + 1);
+  return run_steps(index, index + 1, false);
 }
 
 Status Plan::run_per_step_stage() {

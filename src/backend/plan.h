@@ -44,6 +44,9 @@ struct PlanOptions {
   // Distinct per-step input values whose per-step results are kept; 0 recomputes the per-step stage on every
   // execute.
   int per_step_cache_entries = 4;
+  // Lanes the steps may spread over (backend.h; lanes.h says which step goes where), at most the backend's.
+  // 1 runs every step in order on one queue. A plan with a reference fallback runs on one lane.
+  int lanes = 1;
 };
 
 struct PlanSummary {
@@ -62,6 +65,8 @@ struct PlanSummary {
   int64_t intermediate_bytes = 0;
   int64_t arena_bytes = 0;
   double compile_seconds = 0;
+  int lanes = 1;       // lanes the steps run on
+  int lane_waits = 0;  // cross-lane waits per run of all stages
   std::vector<std::string> notes;
 };
 
@@ -108,6 +113,9 @@ class Plan {
     int kernel_index = -1;
     std::vector<ValueId> inputs, outputs;  // kernel: its params; library: the node's inputs / outputs
     std::string label;
+    int lane = 0;             // lanes.h
+    std::vector<int> waits;   // steps of other lanes it waits for before it runs
+    bool signals = false;     // another lane waits for it: it records its event
   };
   const std::vector<Step>& steps() const { return steps_; }
 
@@ -126,7 +134,9 @@ class Plan {
  private:
   Plan(Backend& backend, const Graph& graph, const PlanOptions& options)
       : backend_(backend), graph_(graph), options_(options) {}
-  Status run_steps(size_t begin, size_t end);
+  // On their lanes (fork and join around them) when `on_lanes`, else in order on lane 0.
+  Status run_steps(size_t begin, size_t end, bool on_lanes = true);
+  Status run_steps_on_lanes(size_t begin, size_t end, bool on_lanes);
   Status run_fallback(const Step& step);
   Status run_per_step_stage();
   uint64_t per_step_key() const;

@@ -90,7 +90,8 @@ std::string plan_artifact_json(const Plan& plan, const PlanArtifactInfo& info) {
   j["bucket"] = {{"name", info.bucket}, {"dims", info.bucket_dims}};
   j["options"] = {{"reference_fallback", plan.options().reference_fallback},
                   {"reuse_memory", plan.options().reuse_memory},
-                  {"per_step_cache_entries", plan.options().per_step_cache_entries}};
+                  {"per_step_cache_entries", plan.options().per_step_cache_entries},
+                  {"lanes", plan.options().lanes}};
   j["stages"] = {{"load", s.load_steps}, {"per_step", s.per_step_steps}, {"per_call", s.per_call_steps}};
   j["memory"] = {{"intermediate_bytes", s.intermediate_bytes},
                  {"arena_bytes", s.arena_bytes},
@@ -175,6 +176,10 @@ Result<LoadedPlan> parse_plan_artifact(Backend& backend, std::string_view text, 
   KILN_ASSIGN_OR_RETURN(options.reuse_memory, field<bool>(opts, "reuse_memory", f + ": options", "a bool"));
   KILN_ASSIGN_OR_RETURN(options.per_step_cache_entries,
                         field<int>(opts, "per_step_cache_entries", f + ": options", "an integer"));
+  if (opts.contains("lanes")) {  // artifacts before lanes ran on one
+    KILN_ASSIGN_OR_RETURN(options.lanes, field<int>(opts, "lanes", f + ": options", "an integer"));
+    if (options.lanes < 1) return make_error(ErrorCode::parse_error, f + ": options: lanes must be >= 1");
+  }
 
   if (!j.contains("graph")) return make_error(ErrorCode::parse_error, f + ": missing field \"graph\"");
   KILN_ASSIGN_OR_RETURN(Graph graph, parse_graph_json(j["graph"].dump(), f + ": graph"));

@@ -119,7 +119,7 @@ class CudaBackend final : public backend::Backend {
       return make_error(ErrorCode::shape_error, fmt::format("device copy: {} into {}", type_to_string(from.type),
                                                             type_to_string(to.type)));
     return copy_async(reinterpret_cast<CUdeviceptr>(to.data), reinterpret_cast<CUdeviceptr>(from.data),
-                      static_cast<int64_t>(from.bytes()), stream_.handle());
+                      static_cast<int64_t>(from.bytes()), stream());
   }
 
   Result<std::shared_ptr<backend::LoadedModule>> compile(const kernel::EmittedModule& module) override {
@@ -162,7 +162,7 @@ class CudaBackend final : public backend::Backend {
     for (CUdeviceptr& p : pointers) args.push_back(&p);
     LaunchShape shape{.grid_x = static_cast<unsigned>(k.grid), .block_x = static_cast<unsigned>(k.block_x),
                       .block_y = static_cast<unsigned>(k.block_y)};
-    return cuda::launch(cuda_module->function(index), shape, stream_.handle(), std::move(args));
+    return cuda::launch(cuda_module->function(index), shape, stream(), std::move(args));
   }
 
   Status supports(Op op, std::span<const TensorType> inputs, const Attrs& attrs) const override {
@@ -233,9 +233,46 @@ class CudaBackend final : public backend::Backend {
     }
   }
 
+  // Two streams: the image and text streams of a FLUX double block are two chains of GEMMs and row kernels.
+  int lanes() const override { return kLanes; }
+
+  // Each lane past the first has its own stream and cuBLASLt workspace (GEMMs on two streams must not share
+  // one); made on first use.
+  Status use_lane(int lane) override {
+    if (lane < 0 || lane >= kLanes)
+      return make_error(ErrorCode::invalid_argument, fmt::format("lane {} of the CUDA backend's {}", lane, kLanes));
+    while (static_cast<int>(lane_streams_.size()) < lane) {
+      KILN_ASSIGN_OR_RETURN(Stream created, Stream::create());
+      KILN_ASSIGN_OR_RETURN(BlasLt blas, BlasLt::create());
+      lane_streams_.push_back(std::move(created));
+      lane_blas_.push_back(std::move(blas));
+    }
+    lane_ = lane;
+    return ok_status();
+  }
+
+  Status record_event(int event) override {
+    if (event < 0) return make_error(ErrorCode::invalid_argument, fmt::format("event {}", event));
+    while (static_cast<int>(events_.size()) <= event) {
+      KILN_ASSIGN_OR_RETURN(Event created, Event::create());
+      events_.push_back(std::move(created));
+    }
+    return events_[static_cast<size_t>(event)].record(stream());
+  }
+
+  Status wait_event(int event) override {
+    if (event < 0 || event >= static_cast<int>(events_.size()))
+      return make_error(ErrorCode::invalid_argument, fmt::format("event {} was never recorded", event));
+    return events_[static_cast<size_t>(event)].wait(stream());
+  }
+
   // While a graph is being captured nothing runs, so there is nothing to wait for (and waiting would end
   // the capture).
-  Status synchronize() override { return capturing_ ? ok_status() : stream_.synchronize(); }
+  Status synchronize() override {
+    if (capturing_) return ok_status();
+    for (const Stream& s : lane_streams_) KILN_TRY(s.synchronize());
+    return stream_.synchronize();
+  }
 
   Result<std::function<Status()>> capture(const std::function<Status()>& work) override {
     KILN_TRY(synchronize());
@@ -297,14 +334,14 @@ class CudaBackend final : public backend::Backend {
       helpers_ = std::make_unique<Module>(std::move(module));
     }
     KILN_ASSIGN_OR_RETURN(CUfunction broadcast, helpers_->function("kiln_broadcast"));
-    auto& scratch = scale_vectors_[m];
+    auto& scratch = scale_vectors_[{lane_, m}];
     if (scratch.bytes() == 0) {
       KILN_ASSIGN_OR_RETURN(scratch, DeviceBuffer::allocate(m * 4));
     }
     CUdeviceptr s = reinterpret_cast<CUdeviceptr>(scalar), out = scratch.ptr();
     long long n = m;
     KILN_TRY(cuda::launch(broadcast, {.grid_x = static_cast<unsigned>(std::min<int64_t>(1024, (m + 255) / 256)), .block_x = 256},
-                          stream_.handle(), {&s, &out, &n}));
+                          stream(), {&s, &out, &n}));
     return static_cast<const void*>(scratch.data());
   }
 
@@ -362,12 +399,12 @@ class CudaBackend final : public backend::Backend {
       size_t best = 0;
       double best_ms = std::numeric_limits<double>::infinity();
       for (size_t i = 0; found.size() > 1 && i < found.size(); ++i) {
-        auto ms = blas_.benchmark(desc, {found[i]}, {args}, stream_.handle(), 5);
+        auto ms = blas().benchmark(desc, {found[i]}, {args}, stream(), 5);
         if (ms.ok() && ms->front() < best_ms) best_ms = ms->front(), best = i;
       }
       it = algorithms_.emplace(key, found[best]).first;
     }
-    return blas_.run(desc, it->second, args, stream_.handle());
+    return blas().run(desc, it->second, args, stream());
   }
 
   // The GEMM of linear(x, w, [b], [scale], [residual]) on these (inferred) input types.
@@ -452,10 +489,12 @@ class CudaBackend final : public backend::Backend {
     desc.k_stride = strides(tm[1], desc.kv_heads, desc.kv_tokens, desc.head_dim);
     desc.v_stride = strides(tm[2], desc.kv_heads, desc.kv_tokens, desc.head_dim);
     desc.o_stride = strides(tm[3], desc.heads, desc.q_tokens, desc.head_dim);
-    const std::string key = desc.str() + fmt::format(" scale={} layouts={}{}{}{}", desc.scale, tm[0], tm[1], tm[2], tm[3]);
+    // cuDNN's handle is bound to one stream: one plan per lane.
+    const std::string key = desc.str() + fmt::format(" scale={} layouts={}{}{}{} lane={}", desc.scale, tm[0], tm[1],
+                                                     tm[2], tm[3], lane_);
     auto it = attention_.find(key);
     if (it == attention_.end()) {
-      KILN_ASSIGN_OR_RETURN(CudnnAttention created, CudnnAttention::create(desc, stream_.handle()));
+      KILN_ASSIGN_OR_RETURN(CudnnAttention created, CudnnAttention::create(desc, stream()));
       KILN_ASSIGN_OR_RETURN(DeviceBuffer workspace,
                             DeviceBuffer::allocate(std::max<int64_t>(1, created.workspace_bytes())));
       it = attention_.emplace(key, AttentionPlan{std::move(created), std::move(workspace)}).first;
@@ -466,10 +505,21 @@ class CudaBackend final : public backend::Backend {
 #endif
   }
 
+  static constexpr int kLanes = 2;
+  CUstream stream_of(int lane) const {
+    return lane == 0 ? stream_.handle() : lane_streams_[static_cast<size_t>(lane - 1)].handle();
+  }
+  CUstream stream() const { return stream_of(lane_); }  // the current lane's
+  const BlasLt& blas() const { return lane_ == 0 ? blas_ : lane_blas_[static_cast<size_t>(lane_ - 1)]; }
+
   Context context_;
   Stream stream_;
   bool capturing_ = false;
   BlasLt blas_;
+  int lane_ = 0;
+  std::vector<Stream> lane_streams_;  // lanes 1..
+  std::vector<BlasLt> lane_blas_;     // lanes 1..
+  std::vector<Event> events_;         // record_event / wait_event, by number
   backend::DeviceInfo info_;
   std::mutex mutex_;
   std::map<void*, DeviceBuffer> buffers_;
@@ -477,7 +527,8 @@ class CudaBackend final : public backend::Backend {
   std::map<std::string, GemmAlgorithm> algorithms_;
   mutable std::map<std::string, Status> epilogue_verdicts_;  // supports(): whether cuBLASLt offers the epilogue form
   std::unique_ptr<Module> helpers_;
-  std::map<int64_t, DeviceBuffer> scale_vectors_;  // by m; one per shape is enough: GEMMs run in stream order
+  // By lane and m; one per shape and lane is enough: a lane's GEMMs run in its stream's order.
+  std::map<std::pair<int, int64_t>, DeviceBuffer> scale_vectors_;
 #ifdef KILN_HAS_CUDNN
   struct AttentionPlan {
     CudnnAttention attention;

@@ -158,6 +158,8 @@ Event::~Event() {
 
 Status Event::record(CUstream stream) const { return check(cu().cuEventRecord(event_, stream), "cuEventRecord"); }
 
+Status Event::wait(CUstream stream) const { return check(cu().cuStreamWaitEvent(stream, event_, 0), "cuStreamWaitEvent"); }
+
 Result<double> Event::elapsed_ms(const Event& start, const Event& end) {
   KILN_TRY(check(cu().cuEventSynchronize(end.event_), "cuEventSynchronize"));
   float ms = 0;

@@ -96,6 +96,9 @@ class Event {
   Event(const Event&) = delete;
   ~Event();
   Status record(CUstream stream) const;
+  // Work launched on `stream` after this call waits for the work the last record() captured (a graph edge
+  // under capture).
+  Status wait(CUstream stream) const;
   // Milliseconds between two recorded events, after both completed.
   static Result<double> elapsed_ms(const Event& start, const Event& end);
 

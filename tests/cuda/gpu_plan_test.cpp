@@ -83,5 +83,40 @@ TEST(GpuPlan, ArtifactRoundTrip) {
   EXPECT_EQ(testing::bitwise_equal(*x, *y), "");
 }
 
+// Two CUDA streams: the double block's image and text chains side by side, run directly and replayed as a
+// captured CUDA graph, give the one-stream plan's bits (every kernel and GEMM is deterministic; only their
+// order across streams changes), and the artifact keeps the lanes.
+TEST(GpuPlan, TwoLanesMatchOneLaneBitForBit) {
+  KILN_REQUIRE_CUDA_PLAN_BACKEND();
+  for (const std::string spec : {"flux1-double-block:tiny", "flux1-single-block:tiny", "llama3-8b:tiny"}) {
+    const Graph g = testing::optimized_zoo_model(spec, gpu);
+    backend::PlanOptions two;
+    two.lanes = 2;
+    auto a = backend::Plan::build(*gpu, g);
+    auto b = backend::Plan::build(*gpu, g, two);
+    ASSERT_TRUE(a.ok() && b.ok()) << spec;
+    if (spec == "flux1-double-block:tiny") EXPECT_EQ((*b)->summary().lanes, 2);
+    const auto inputs = models::random_inputs(g, 4);
+    auto x = (*a)->run(inputs);
+    auto y = (*b)->run(inputs);
+    ASSERT_TRUE(x.ok() && y.ok()) << spec;
+    EXPECT_EQ(testing::bitwise_equal(*x, *y), "") << spec;
+    EXPECT_EQ(testing::matches_reference(g, inputs, *y), "") << spec;
+    backend::Plan* plan = b->get();
+    auto replay = gpu->capture([plan] { return plan->execute(); });
+    ASSERT_TRUE(replay.ok()) << spec << ": " << replay.error().message;
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE((*replay)().ok()) << spec;
+    ASSERT_TRUE(gpu->synchronize().ok());
+    auto z = (*b)->outputs();
+    ASSERT_TRUE(z.ok());
+    EXPECT_EQ(testing::bitwise_equal(*x, *z), "") << spec << " (replayed)";
+    backend::PlanArtifactInfo info;
+    info.model = "zoo:" + spec;
+    auto loaded = backend::parse_plan_artifact(*gpu, backend::plan_artifact_json(**b, info), "gpu.json");
+    ASSERT_TRUE(loaded.ok()) << loaded.error().message;
+    EXPECT_EQ(loaded->plan->summary().lanes, (*b)->summary().lanes) << spec;
+  }
+}
+
 }  // namespace
 }  // namespace kiln
