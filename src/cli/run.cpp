@@ -39,6 +39,7 @@ struct RunArgs {
   std::string bucket;     // which bucket (default: the first)
   bool model_given = false;
   std::string schedules_file;  // a `kiln tune -o` result; empty: default schedules
+  int lanes = 1;               // backend::PlanOptions::lanes
   ModelSourceOptions source;
 };
 
@@ -122,6 +123,7 @@ Result<nlohmann::json> run_on_backend(BackendRun& run, const RunArgs& args, cons
       schedule_notes = applied.notes;
     }
     tuned_kernels = plan_options.schedules.size();
+    plan_options.lanes = args.lanes;
     KILN_ASSIGN_OR_RETURN(run.plan, backend::Plan::build(*backend, optimized.graph, plan_options));
   }
   backend::Plan* plan = run.plan.get();
@@ -142,7 +144,8 @@ Result<nlohmann::json> run_on_backend(BackendRun& run, const RunArgs& args, cons
                       {"stages", {{"load", s.load_steps}, {"per_step", s.per_step_steps}, {"per_call", s.per_call_steps}}},
                       {"per_step_hits", plan->stats().per_step_hits}, {"per_step_misses", plan->stats().per_step_misses},
                       {"memory_bytes", s.memory_bytes}, {"memory_bytes_without_reuse", s.memory_bytes_without_reuse},
-                      {"bucket", run.info.bucket}, {"tuned_kernels", tuned_kernels}};
+                      {"bucket", run.info.bucket}, {"tuned_kernels", tuned_kernels},
+                      {"lanes", s.lanes}, {"lane_waits", s.lane_waits}};
   for (const std::string& note : schedule_notes) j["notes"].push_back(note);
   if (!args.plan.empty()) j["plan_file"] = args.plan;
   if (!args.save_plan.empty()) j["saved_plan"] = args.save_plan;
@@ -168,6 +171,11 @@ Result<nlohmann::json> run_on_backend(BackendRun& run, const RunArgs& args, cons
 Result<BackendRun> prepare_backend_run(RunArgs& args) {
   BackendRun run;
   run.info.model = args.model;
+  if (args.lanes < 1) return make_error(ErrorCode::invalid_argument, fmt::format("--lanes {}: must be >= 1", args.lanes));
+  if (args.lanes > 1 && (args.backend.empty() || !args.plan.empty())) {
+    return make_error(ErrorCode::invalid_argument,
+                      "--lanes applies to a plan kiln builds for --backend (a saved --plan carries its own)");
+  }
   if (!args.schedules_file.empty()) {
     if (args.backend.empty()) {
       return make_error(ErrorCode::invalid_argument, "--schedules applies to a backend's plan; add --backend cpu (or cuda)");
@@ -287,9 +295,10 @@ int run(RunArgs args) {
                b["name"].get<std::string>(), b["device"].get<std::string>(), b["kernels"].get<int>(),
                b["library_calls"].get<int>(), b["aliases"].get<int>(), b["fallbacks"].get<int>(),
                b["compile_seconds"].get<double>(), b["run_seconds"].get<double>());
-    fmt::print("  stages: {} load, {} per-step, {} per-call steps; per-step stage computed {}x, reused {}x; memory {} "
-               "({} with one buffer per intermediate); bucket {}\n",
+    fmt::print("  stages: {} load, {} per-step, {} per-call steps on {} lane(s), {} cross-lane waits; per-step stage "
+               "computed {}x, reused {}x; memory {} ({} with one buffer per intermediate); bucket {}\n",
                b["stages"]["load"].get<int>(), b["stages"]["per_step"].get<int>(), b["stages"]["per_call"].get<int>(),
+               b["lanes"].get<int>(), b["lane_waits"].get<int>(),
                b["per_step_misses"].get<int64_t>(), b["per_step_hits"].get<int64_t>(),
                format_bytes(b["memory_bytes"].get<double>()), format_bytes(b["memory_bytes_without_reuse"].get<double>()),
                b["bucket"].get<std::string>());
@@ -334,6 +343,9 @@ void add_run_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--schedules", args->schedules_file,
                   "with --backend: run the kernels with the tuned schedules of this `kiln tune -o` file (winners by "
                   "kernel hash; ones for other kernels are ignored with a note)");
+  cmd->add_option("--lanes", args->lanes,
+                  "with --backend: let the plan's steps spread over this many of the backend's lanes (CUDA: 2 "
+                  "streams; the CPU has 1), docs/runtime.md");
   cmd->add_option("--save-plan", args->save_plan, "with --backend: save the plan as an artifact (JSON) to this file");
   cmd->add_option("--plan", args->plan,
                   "with --backend: run this saved plan (its model, inputs seeded as usual) instead of optimizing MODEL");

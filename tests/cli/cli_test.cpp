@@ -89,6 +89,20 @@ TEST(Cli, RunPrintsChecksumAndIsDeterministic) {
   EXPECT_NE(strip_time(a.out), strip_time(c.out));
 }
 
+// --lanes: the CPU backend has one lane, so the plan runs on it and says so; a count below 1, or lanes without
+// a backend, is refused by name.
+TEST(Cli, RunLanesOption) {
+  auto ok = run_kiln("run zoo:flux1-double-block:tiny --backend cpu --lanes 2");
+  ASSERT_EQ(ok.exit_code, 0) << ok.out;
+  EXPECT_NE(ok.out.find("on 1 lane(s), 0 cross-lane waits"), std::string::npos) << ok.out;
+  auto zero = run_kiln("run zoo:flux1-double-block:tiny --backend cpu --lanes 0");
+  EXPECT_NE(zero.exit_code, 0);
+  EXPECT_NE(zero.out.find("--lanes 0"), std::string::npos) << zero.out;
+  auto no_backend = run_kiln("run zoo:flux1-double-block:tiny --lanes 2");
+  EXPECT_NE(no_backend.exit_code, 0);
+  EXPECT_NE(no_backend.out.find("--lanes applies"), std::string::npos) << no_backend.out;
+}
+
 TEST(Cli, ExportRoundTripsThroughShow) {
   const auto dir = temp_dir();
   for (const char* ext : {".json", ".kiln"}) {
