@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstring>
 #include <queue>
@@ -99,6 +100,51 @@ struct AliasOf {
 Plan::~Plan() {
   for (DeviceTensor& t : owned_) backend_.release(t);
 }
+
+namespace {
+
+// Lanes, stage by stage (lanes.h): each step's lane, waits and signal, within the stages `bounds` delimits.
+// Returns complete_before per step: the first step from which every later step of its stage is ordered after
+// it (i + 1 on one lane).
+template <typename RootOf>
+std::vector<int> assign_lanes(std::vector<Plan::Step>& steps, const std::array<size_t, 4>& bounds, int lanes,
+                              const RootOf& root_of, PlanSummary& summary) {
+  std::vector<int> complete_before(steps.size());
+  std::map<ValueId, std::vector<int>> writers;  // by root: a concat's pieces are written by several steps
+  for (size_t i = 0; i < steps.size(); ++i) {
+    for (ValueId v : steps[i].outputs) writers[root_of(v)].push_back(static_cast<int>(i));
+  }
+  for (int r = 0; r < 3; ++r) {
+    const int begin = static_cast<int>(bounds[r]), end = static_cast<int>(bounds[r + 1]);
+    std::vector<std::vector<int>> reads(static_cast<size_t>(end - begin));
+    for (int i = begin; i < end; ++i) {
+      std::vector<int>& into = reads[static_cast<size_t>(i - begin)];
+      for (ValueId v : steps[static_cast<size_t>(i)].inputs) {
+        auto w = writers.find(root_of(v));
+        if (w == writers.end()) continue;
+        for (int p : w->second) {
+          if (p >= begin && p < i) into.push_back(p - begin);
+        }
+      }
+      std::sort(into.begin(), into.end());
+      into.erase(std::unique(into.begin(), into.end()), into.end());
+    }
+    const LaneSchedule schedule = schedule_lanes(reads, lanes);
+    for (int i = begin; i < end; ++i) {
+      Plan::Step& s = steps[static_cast<size_t>(i)];
+      s.lane = schedule.lane[static_cast<size_t>(i - begin)];
+      s.waits.clear();
+      for (int p : schedule.waits[static_cast<size_t>(i - begin)]) s.waits.push_back(begin + p);
+      s.signals = schedule.signals[static_cast<size_t>(i - begin)];
+      complete_before[static_cast<size_t>(i)] = begin + schedule.complete_before[static_cast<size_t>(i - begin)];
+    }
+    summary.lanes = std::max(summary.lanes, schedule.lanes_used);
+    summary.lane_waits += schedule.waits_total;
+  }
+  return complete_before;
+}
+
+}  // namespace
 
 Result<std::unique_ptr<Plan>> Plan::build(Backend& backend, const Graph& graph, const PlanOptions& options) {
   if (options.per_step_cache_entries < 0) {
@@ -259,44 +305,10 @@ Result<std::unique_ptr<Plan>> Plan::build(Backend& backend, const Graph& graph, 
   plan->summary_.per_step_steps = static_cast<int>(plan->per_step_end_ - plan->load_end_);
   plan->summary_.per_call_steps = static_cast<int>(steps.size() - plan->per_step_end_);
 
-  // Lanes, stage by stage (lanes.h). complete_before[i]: the first step from which every later step of the
-  // stage is ordered after step i; with one lane, i + 1.
+  // Lanes (lanes.h); complete_before bounds memory reuse below.
   const int lanes = plan->summary_.fallbacks > 0 ? 1 : std::clamp(options.lanes, 1, backend.lanes());
-  std::vector<int> complete_before(steps.size());
-  {
-    std::map<ValueId, std::vector<int>> writers;  // by root: a concat's pieces are written by several steps
-    for (size_t i = 0; i < steps.size(); ++i) {
-      for (ValueId v : steps[i].outputs) writers[root_of(v)].push_back(static_cast<int>(i));
-    }
-    const size_t bounds[] = {0, plan->load_end_, plan->per_step_end_, steps.size()};
-    for (int r = 0; r < 3; ++r) {
-      const int begin = static_cast<int>(bounds[r]), end = static_cast<int>(bounds[r + 1]);
-      std::vector<std::vector<int>> reads(static_cast<size_t>(end - begin));
-      for (int i = begin; i < end; ++i) {
-        std::vector<int>& into = reads[static_cast<size_t>(i - begin)];
-        for (ValueId v : steps[static_cast<size_t>(i)].inputs) {
-          auto w = writers.find(root_of(v));
-          if (w == writers.end()) continue;
-          for (int p : w->second) {
-            if (p >= begin && p < i) into.push_back(p - begin);
-          }
-        }
-        std::sort(into.begin(), into.end());
-        into.erase(std::unique(into.begin(), into.end()), into.end());
-      }
-      const LaneSchedule schedule = schedule_lanes(reads, lanes);
-      for (int i = begin; i < end; ++i) {
-        Step& s = steps[static_cast<size_t>(i)];
-        s.lane = schedule.lane[static_cast<size_t>(i - begin)];
-        s.waits.clear();
-        for (int p : schedule.waits[static_cast<size_t>(i - begin)]) s.waits.push_back(begin + p);
-        s.signals = schedule.signals[static_cast<size_t>(i - begin)];
-        complete_before[static_cast<size_t>(i)] = begin + schedule.complete_before[static_cast<size_t>(i - begin)];
-      }
-      plan->summary_.lanes = std::max(plan->summary_.lanes, schedule.lanes_used);
-      plan->summary_.lane_waits += schedule.waits_total;
-    }
-  }
+  const std::vector<int> complete_before =
+      assign_lanes(steps, {0, plan->load_end_, plan->per_step_end_, steps.size()}, lanes, root_of, plan->summary_);
 
   // Values that outlive the call: graph outputs (through any view of them).
   std::set<ValueId> kept;

@@ -23,6 +23,14 @@ ValueId other_operand(const Node& node, ValueId v) {
   return node.inputs[0] == v ? node.inputs[1] : node.inputs[1] == v ? node.inputs[0] : -1;
 }
 
+// The folded linear's attributes: the GEMM's, with the epilogue's inputs named.
+Attrs folded_attrs(const Attrs& gemm, const Chain& chain) {
+  Attrs attrs = gemm;
+  if (chain.scale >= 0) attrs.set("scale", int64_t{1});
+  if (chain.residual >= 0) attrs.set("residual", int64_t{1});
+  return attrs;
+}
+
 }  // namespace
 
 PassResult fold_residual_epilogues(const Graph& graph, const SupportsFn& supports) {
@@ -59,17 +67,10 @@ PassResult fold_residual_epilogues(const Graph& graph, const SupportsFn& support
     if (supports) {
       // The folded GEMM's input types and attributes, as written below: the target must run that form.
       std::vector<TensorType> in = {graph.value(gemm.inputs[0]).type, graph.value(gemm.inputs[1]).type};
-      Attrs attrs = gemm.attrs;
       if (chain.bias >= 0) in.push_back(TensorType{y.dtype, Shape{n}});
-      if (chain.scale >= 0) {
-        in.push_back(TensorType{DType::f32, Shape{n}});
-        attrs.set("scale", int64_t{1});
-      }
-      if (chain.residual >= 0) {
-        in.push_back(y);
-        attrs.set("residual", int64_t{1});
-      }
-      const Status st = supports(Op::linear, in, attrs);
+      if (chain.scale >= 0) in.push_back(TensorType{DType::f32, Shape{n}});
+      if (chain.residual >= 0) in.push_back(y);
+      const Status st = supports(Op::linear, in, folded_attrs(gemm.attrs, chain));
       if (!st.ok()) {
         ++report.found["left: the backend has no such epilogue"];
         report.notes.push_back(graph.node_label(id) + " keeps its update: " + st.error().message);
@@ -104,7 +105,6 @@ PassResult fold_residual_epilogues(const Graph& graph, const SupportsFn& support
     const std::string& name = graph.value(last).name;
     const int64_t n = graph.value(gemm.outputs[0]).type.shape.back();
     std::vector<ValueId> inputs = {copier.map(gemm.inputs[0]), copier.map(gemm.inputs[1])};
-    Attrs attrs = gemm.attrs;
     ValueId gate = -1;
     if (c.scale >= 0) {
       gate = copier.map(c.scale);
@@ -122,13 +122,9 @@ PassResult fold_residual_epilogues(const Graph& graph, const SupportsFn& support
       Attrs to;
       to.set("to", std::string("f32"));
       inputs.push_back(add(Op::cast, {gate}, std::move(to), name + "/scale"));
-      attrs.set("scale", int64_t{1});
     }
-    if (c.residual >= 0) {
-      inputs.push_back(copier.map(c.residual));
-      attrs.set("residual", int64_t{1});
-    }
-    copier.set_map(last, add(Op::linear, std::move(inputs), std::move(attrs), name));
+    if (c.residual >= 0) inputs.push_back(copier.map(c.residual));
+    copier.set_map(last, add(Op::linear, std::move(inputs), folded_attrs(gemm.attrs, c), name));
     report.changed = true;
     const std::string form = fmt::format("linear{}{}{}", c.bias >= 0 ? " + bias" : "", c.scale >= 0 ? " ⊙ gate" : "",
                                          c.residual >= 0 ? " + residual" : "");

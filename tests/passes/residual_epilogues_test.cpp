@@ -29,8 +29,8 @@ void expect_close_on_reference(const Graph& before, const Graph& after, const st
   EXPECT_LE(worst, tolerance);
 }
 
-TEST(PassResidualEpilogues, FluxGatedResidualBecomesTheGemmEpilogue) {
-  Graph g = testing::parse_or_die(R"(graph g {
+// FLUX's gated residual update after a GEMM: o = x + gate ⊙ (linear(a, w) + b).
+constexpr const char* kGatedUpdate = R"(
       input %a: bf16[1,6,8] per_call
       input %w: bf16[4,8] weight
       input %b: bf16[4] weight
@@ -40,8 +40,10 @@ TEST(PassResidualEpilogues, FluxGatedResidualBecomesTheGemmEpilogue) {
       %yb: bf16[1,6,4] = add(%y, %b)
       %g: bf16[1,6,4] = mul(%gate, %yb)
       %o: bf16[1,6,4] = add(%x, %g)
-      output o = %o
-    })");
+)";
+
+TEST(PassResidualEpilogues, FluxGatedResidualBecomesTheGemmEpilogue) {
+  Graph g = testing::parse_or_die("graph g {" + std::string(kGatedUpdate) + "output o = %o }");
   auto r = passes::fold_residual_epilogues(g);
   EXPECT_TRUE(r.report.changed);
   EXPECT_EQ(r.report.found.at("linear + bias ⊙ gate + residual epilogue"), 1);
@@ -64,16 +66,7 @@ TEST(PassResidualEpilogues, FluxGatedResidualBecomesTheGemmEpilogue) {
 // A target without the per-feature scale (cuBLASLt on the H200 for bf16): the gated update stays as it was, the
 // plain residual add still folds, and the pass says why it left the other.
 TEST(PassResidualEpilogues, WritesOnlyFormsTheTargetRuns) {
-  Graph g = testing::parse_or_die(R"(graph g {
-      input %a: bf16[1,6,8] per_call
-      input %w: bf16[4,8] weight
-      input %b: bf16[4] weight
-      input %x: bf16[1,6,4] per_call
-      input %gate: bf16[1,1,4] per_call
-      %y: bf16[1,6,4] = linear(%a, %w)
-      %yb: bf16[1,6,4] = add(%y, %b)
-      %g: bf16[1,6,4] = mul(%gate, %yb)
-      %o: bf16[1,6,4] = add(%x, %g)
+  Graph g = testing::parse_or_die("graph g {" + std::string(kGatedUpdate) + R"(
       %z: bf16[1,6,4] = linear(%a, %w)
       %p: bf16[1,6,4] = add(%o, %z)
       output p = %p
