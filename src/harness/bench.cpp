@@ -103,6 +103,9 @@ BenchRun run_bench_worker(const KernelTask& task, const std::vector<std::string>
   WorkerOptions worker = options.worker;
   // The worker's limit covers setup and the checks; the measurement's own time comes on top.
   worker.wall_seconds += static_cast<double>(libraries.size()) * options.warmup_seconds + options.max_seconds * 1.5;
+  // The rotation copies are allocated after the worker's memory limit is set: they come on top of the headroom
+  // (on a machine that reports a large last-level cache they are most of it).
+  worker.memory_bytes += run.rotation_bytes;
   const RecordLayout layout = record_layout(request);
   const std::string scratch = make_scratch_dir(options.worker.scratch_root, "bench");
   const CpuTimes before = read_cpu_times();

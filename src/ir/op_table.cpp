@@ -2,6 +2,7 @@
 #include <string>
 
 #include "ir/ops.h"
+#include "ir/serial_util.h"
 
 namespace kiln {
 
@@ -119,7 +120,15 @@ Result<std::vector<TensorType>> infer_node(Op op, std::span<const TensorType> in
       }
     }
   }
-  return def.infer(OpCall{inputs, attrs});
+  KILN_ASSIGN_OR_RETURN(std::vector<TensorType> outputs, def.infer(OpCall{inputs, attrs}));
+  // Inferred shapes obey the limits every parsed shape does, so later shape arithmetic cannot overflow either.
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    if (auto problem = serial::shape_problem(outputs[i].shape)) {
+      return make_error(ErrorCode::shape_error,
+                        std::string(def.name) + " output " + std::to_string(i) + ": " + *problem);
+    }
+  }
+  return outputs;
 }
 
 }  // namespace kiln

@@ -13,7 +13,8 @@
 namespace kiln::serial {
 
 // A parsed shape has at most kMaxRank axes, and the product of its dimensions (zeros counted as 1, so that
-// every stride fits too) is at most kMaxNumel; both keep shape arithmetic in int64 without overflow.
+// every stride fits too) is at most kMaxNumel; both keep shape arithmetic in int64 without overflow. infer_node
+// holds every inferred output shape to the same limits.
 inline constexpr int kMaxRank = 16;
 inline constexpr int64_t kMaxNumel = int64_t{1} << 62;
 

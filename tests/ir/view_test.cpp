@@ -72,6 +72,10 @@ TEST(View, ReshapeErrors) {
             std::string::npos);
   EXPECT_NE(infer_error(Op::reshape, {x}, {{"shape", Ints{-2, -3}}}).find("negative dim"), std::string::npos);
   EXPECT_NE(infer_error(Op::reshape, {x}, {}).find("missing required attribute 'shape'"), std::string::npos);
+  // A shape whose product passes int64 is refused by name rather than overflowing.
+  const int64_t big = int64_t{1} << 40;
+  EXPECT_EQ(infer_error(Op::reshape, {x}, {{"shape", Ints{big, big}}}),
+            "reshape: shape [1099511627776,1099511627776] has more elements than int64 holds");
 }
 
 TEST(View, ReshapeMovesNoBytes) {
@@ -132,6 +136,10 @@ TEST(View, BroadcastErrors) {
             std::string::npos);
   EXPECT_NE(infer_error(Op::broadcast, {{DType::f32, {1}}}, {{"shape", Ints{-1}}}).find("negative"),
             std::string::npos);
+  // Any inferred output is held to the parsed-shape limits: here 2^31 * 2^31 * 2^2 = 2^64 elements.
+  EXPECT_NE(infer_error(Op::broadcast, {{DType::f32, {1}}}, {{"shape", Ints{int64_t{1} << 31, int64_t{1} << 31, 4}}})
+                .find("broadcast output 0:"),
+            std::string::npos);
 }
 
 // ---- concat and split ----
@@ -167,6 +175,13 @@ TEST(View, ConcatErrors) {
   EXPECT_EQ(infer_error(Op::concat, {a, a}, {{"axis", int64_t{2}}}), "concat: axis 2 is out of range for f32[2,3] (rank 2)");
   EXPECT_NE(infer_error(Op::concat, {{DType::f32, {}}}, {{"axis", int64_t{0}}}).find("rank >= 1"), std::string::npos);
   EXPECT_NE(infer_error(Op::concat, {}, {{"axis", int64_t{0}}}).find("at least 1"), std::string::npos);
+  // Dims whose sum passes int64, and a sum that fits int64 but passes the 2^62-element limit on any shape.
+  const TensorType huge{DType::f32, {int64_t{1} << 62}};
+  EXPECT_EQ(infer_error(Op::concat, {huge, huge}, {{"axis", int64_t{0}}}),
+            "concat: the inputs' dim 0 sum past what int64 holds");
+  const TensorType half{DType::f32, {int64_t{1} << 61}};
+  EXPECT_NE(infer_error(Op::concat, {half, half, half}, {{"axis", int64_t{0}}}).find("concat output 0:"),
+            std::string::npos);
 }
 
 TEST(View, SplitErrors) {
@@ -178,6 +193,12 @@ TEST(View, SplitErrors) {
   EXPECT_NE(infer_error(Op::split, {x}, {{"axis", int64_t{1}}, {"sizes", Ints{}}}).find("must not be empty"),
             std::string::npos);
   EXPECT_NE(infer_error(Op::split, {x}, {{"axis", int64_t{-3}}, {"sizes", Ints{2}}}).find("out of range"),
+            std::string::npos);
+  // Sizes whose running sum would pass int64 stop at the first one past the dim (the fuzzer's find).
+  const int64_t big = int64_t{1} << 62;
+  EXPECT_EQ(infer_error(Op::split, {x}, {{"axis", int64_t{1}}, {"sizes", Ints{big, big, big}}}),
+            "split: sizes [4611686018427387904,4611686018427387904,4611686018427387904] sum past dim 1 of f32[2,5] (5)");
+  EXPECT_NE(infer_error(Op::split, {x}, {{"axis", int64_t{1}}, {"sizes", Ints{2, 4}}}).find("sum past dim 1"),
             std::string::npos);
 }
 

@@ -86,8 +86,8 @@ Result<std::vector<TensorType>> infer_reshape(const OpCall& call) {
       inferred = static_cast<int64_t>(i);
     } else if (shape[i] < 0) {
       return shape_error("reshape: shape " + shape_to_string(shape) + " has a negative dim other than -1");
-    } else {
-      known *= shape[i];
+    } else if (__builtin_mul_overflow(known, shape[i], &known)) {
+      return shape_error("reshape: shape " + shape_to_string(shape) + " has more elements than int64 holds");
     }
   }
   const int64_t numel = shape_numel(x.shape);
@@ -191,7 +191,9 @@ Result<std::vector<TensorType>> infer_concat(const OpCall& call) {
                          " does not match input 0 " + type_to_string(first) + " outside axis " +
                          std::to_string(axis));
     }
-    out[axis] += s[axis];
+    if (__builtin_add_overflow(out[axis], s[axis], &out[axis])) {
+      return shape_error("concat: the inputs' dim " + std::to_string(axis) + " sum past what int64 holds");
+    }
   }
   return std::vector<TensorType>{{dtype, out}};
 }
@@ -221,10 +223,16 @@ Result<std::vector<TensorType>> infer_split(const OpCall& call) {
   KILN_ASSIGN_OR_RETURN(int64_t axis, axis_attr(call, "split", 0));
   const std::vector<int64_t> sizes = call.attrs.get_ints("sizes");
   if (sizes.empty()) return shape_error("split: sizes must not be empty");
+  for (int64_t size : sizes) {
+    if (size < 0) return shape_error("split: sizes " + shape_to_string(sizes) + " has a negative size");
+  }
   int64_t total = 0;
   std::vector<TensorType> outputs;
   for (int64_t size : sizes) {
-    if (size < 0) return shape_error("split: sizes " + shape_to_string(sizes) + " has a negative size");
+    if (size > x.shape[axis] - total) {  // checked before adding: the sum could pass int64
+      return shape_error("split: sizes " + shape_to_string(sizes) + " sum past dim " + std::to_string(axis) +
+                         " of " + type_to_string(x) + " (" + std::to_string(x.shape[axis]) + ")");
+    }
     total += size;
     TensorType t = x;
     t.shape[axis] = size;
