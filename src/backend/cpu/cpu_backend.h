@@ -16,7 +16,7 @@ namespace kiln::backend {
 
 struct CpuBackendOptions {
   std::string compiler = "g++";
-  std::vector<std::string> flags = {"-O3", "-march=native", "-std=c++17", "-fopenmp-simd", "-fno-math-errno",
+  std::vector<std::string> flags = {"-O3", "-march=native", "-mprefer-vector-width=512", "-std=c++17", "-fopenmp-simd", "-fno-math-errno",
                                     "-shared", "-fPIC", "-Wl,-z,defs"};
   std::string cache_dir;     // empty: <temp>/kiln-kernel-cache
   std::string scratch_root;  // empty: the system temp dir
