@@ -909,7 +909,7 @@ class KernelWriter {
   }
 
   // The store of a CPU bf16 output stage through a row buffer (write_elementwise), or "" where it does not apply:
-  // the stage's one loop (every other axis has extent 1) runs along the output row, at most 8192 elements.
+  // the stage's one loop (every other axis has extent 1) runs along the output row, at most 16384 elements.
   std::string cpu_row_store(int i, int inner) const {
     const Stage& s = k_.stages[static_cast<size_t>(i)];
     if (d_.target() != Target::cpu || s.output < 0 || s.type.dtype != DType::bf16 || inner < 0) return "";
@@ -918,7 +918,7 @@ class KernelWriter {
     for (size_t a = 0; a < s.space.size(); ++a) {
       if (static_cast<int>(a) != inner && s.space_vars[a] >= 0) return "";
     }
-    if (extent < 32 || extent > 8192 || !contiguous_in(s.target, var, 1)) return "";
+    if (extent < 32 || extent > 16384 || !contiguous_in(s.target, var, 1)) return "";
     const IndexExpr base = index_substitute(s.target, var, IndexExpr::of_constant(0), [&](int v) { return k_.extent(v); });
     return fmt::format("kiln_store_bf16_row(out{} + r * {} + {}, kiln_ob{}, {});\n", s.output, s.local_size, idx(base), i,
                        extent);
