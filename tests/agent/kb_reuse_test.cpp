@@ -165,7 +165,10 @@ TEST(AgentKbReuse, ARegressingRewriteIsSkippedNextTimeUnlessForced) {
   ASSERT_TRUE(r.ok()) << r.error().message;
   const agent::AttemptRecord* a = find_attempt(*r, "planted-slower");
   ASSERT_NE(a, nullptr);
-  EXPECT_EQ(a->outcome, "slower") << a->reason;
+  // Forced, the rewrite is measured again and not kept; "slower" or "no win" depends on the machine's noise (a
+  // loaded sanitizer run has measured 0.35x [0.17, 1.08]).
+  EXPECT_NE(a->outcome, "skipped") << a->reason;
+  EXPECT_NE(a->outcome, "kept") << a->reason;
   EXPECT_EQ(r->knowledge_counts.lessons_applied, 0);
 }
 
