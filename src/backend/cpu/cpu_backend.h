@@ -16,8 +16,10 @@ namespace kiln::backend {
 
 struct CpuBackendOptions {
   std::string compiler = "g++";
-  std::vector<std::string> flags = {"-O3", "-march=native", "-mprefer-vector-width=512", "-std=c++17", "-fopenmp-simd", "-fno-math-errno",
-                                    "-shared", "-fPIC", "-Wl,-z,defs"};
+  // -mprefer-vector-width=512: GCC's -march=native otherwise vectorizes with 256-bit registers on AVX-512 parts.
+  std::vector<std::string> flags = {"-O3",           "-march=native",   "-mprefer-vector-width=512",
+                                    "-std=c++17",    "-fopenmp-simd",   "-fno-math-errno",
+                                    "-shared",       "-fPIC",           "-Wl,-z,defs"};
   std::string cache_dir;     // empty: <temp>/kiln-kernel-cache
   std::string scratch_root;  // empty: the system temp dir
   int threads = 0;           // pool workers; 0: the logical cores
