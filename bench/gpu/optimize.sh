@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # On a GPU machine: the PyTorch peer (eager and torch.compile's default mode) and `kiln optimize --backend cuda`
-# on the same FLUX.1-dev block in one call; the peer's figures go into kiln's report (--peer), so kiln's final
+# on the same FLUX.1-dev blocks in one call; the peer's figures go into kiln's report (--peer), so kiln's final
 # time stands next to torch.compile's measured minutes apart on the same GPU.
-#   bench/gpu/optimize.sh OUT_DIR [KILN_BINARY] [BUDGET] [MODEL]
+#   bench/gpu/optimize.sh OUT_DIR [KILN_BINARY] [BUDGET] [MODEL ...]
 # KILN_BINARY defaults to build/gpu/kiln (bench/gpu/run.sh builds it) or build/carry/kiln (built elsewhere with
-# -DKILN_CUDA=ON and carried); BUDGET to 3m; MODEL to zoo:flux1-double-block. Needs .peer/torch_flux_block.py
-# (a copy of ../shared/bench/torch_flux_block.py, carried).
+# -DKILN_CUDA=ON and carried); BUDGET to 3m; MODEL to zoo:flux1-double-block. With several models the peer runs
+# once and each model's loop writes OUT_DIR/<double|single>/. Needs .peer/torch_flux_block.py (a copy of
+# ../shared/bench/torch_flux_block.py, carried).
 set -uo pipefail
 out="${1:?usage: bench/gpu/optimize.sh OUT_DIR [KILN_BINARY] [BUDGET] [MODEL]}"
 root="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -15,9 +16,8 @@ if [ -z "$kiln" ]; then
   [ -x "$kiln" ] || kiln="$root/build/carry/kiln"
 fi
 budget="${3:-3m}"
-model="${4:-zoo:flux1-double-block}"
-block="double"
-case "$model" in *single*) block="single" ;; esac
+models=("${@:4}")
+[ ${#models[@]} -gt 0 ] || models=(zoo:flux1-double-block)
 mkdir -p "$out"
 export LD_LIBRARY_PATH="/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
@@ -38,18 +38,23 @@ kill "$peer_pid" 2> /dev/null
 wait "$peer_pid" 2> /dev/null
 [ -n "$peer_json" ] || { echo "the peer printed no default-mode figures:"; tail -20 "$out/torch_flux_block.log"; exit 1; }
 echo "$peer_json" > "$out/torch_flux_block.json"
-peers=($(python3 - "$block" <<PY
+status=0
+for model in "${models[@]}"; do
+  block="double"
+  case "$model" in *single*) block="single" ;; esac
+  dir="$out"
+  [ ${#models[@]} -gt 1 ] && dir="$out/$block" && mkdir -p "$dir"
+  peers=($(python3 - "$block" <<PY
 import json, sys
 r = json.loads('''$peer_json''')
 b = sys.argv[1]
 print(f"--peer=torch.compile={r[b + '_compile[default]_ms']}", f"--peer=eager={r[b + '_eager_ms']}")
 PY
-))
-echo "${peers[@]}"
-
-echo "== kiln optimize $model --backend cuda --budget $budget"
-timeout "${KILN_OPTIMIZE_TIMEOUT:-340}" "$kiln" optimize "$model" --backend cuda --budget "$budget" -o "$out/optimize" --kb "$out/kiln-kb.sqlite" \
-  "${peers[@]}" > "$out/optimize.log" 2>&1
-status=$?
-tail -40 "$out/optimize.log"
+  ))
+  echo "${peers[@]}"
+  echo "== kiln optimize $model --backend cuda --budget $budget"
+  timeout "${KILN_OPTIMIZE_TIMEOUT:-340}" "$kiln" optimize "$model" --backend cuda --budget "$budget" -o "$dir/optimize" \
+    --kb "$out/kiln-kb.sqlite" "${peers[@]}" > "$dir/optimize.log" 2>&1 || status=1
+  tail -14 "$dir/optimize.log"
+done
 exit $status

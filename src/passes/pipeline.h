@@ -1,5 +1,5 @@
 // The model-level pass pipeline: the passes in order, the graph verified between them, any pass disabled by
-// name.
+// name. A pass that only prepares another's rewrite (split-gemms for fold-epilogues) runs only with it.
 #pragma once
 
 #include <set>
