@@ -220,16 +220,26 @@ json bench_gemm(const BlasLt& blas, const Kernels& k, const DeviceInfo& info, CU
 
 #ifdef KILN_HAS_CUDNN
 // cuDNN attention at FLUX's joint shape: every plan cuDNN builds, in the head-major layout PyTorch's SDPA
-// gets and read straight from the token-major layout the QKV projection writes.
-json bench_attention(const Kernels& k, const DeviceInfo& info, CUstream stream, bool token_major, int reps) {
+// gets, read straight from the token-major layout the QKV projection writes, and in the mix a fused plan
+// gives it (q and k head-major from their norm + RoPE kernels, v and o token-major), and all token-major.
+enum class AttentionLayout { head_major, qkv, plan_mix, token_major };
+
+json bench_attention(const Kernels& k, const DeviceInfo& info, CUstream stream, AttentionLayout layout, int reps) {
   AttentionDesc desc{.batch = 1, .heads = 24, .q_tokens = 4608, .kv_tokens = 4608, .head_dim = 128};
-  if (token_major) {
+  const bool interleaved = layout == AttentionLayout::qkv;
+  const auto tm = AttentionDesc::token_major(desc.heads, desc.q_tokens, desc.head_dim);
+  if (interleaved) {
     // q, k, v interleaved as the merged QKV GEMM writes them: [b, s, 3, h, d].
     const int64_t row = 3 * desc.heads * desc.head_dim;
     desc.q_stride = desc.k_stride = desc.v_stride = {desc.q_tokens * row, desc.head_dim, row, 1};
-    desc.o_stride = AttentionDesc::token_major(desc.heads, desc.q_tokens, desc.head_dim);
+    desc.o_stride = tm;
+  } else if (layout == AttentionLayout::plan_mix) {
+    desc.v_stride = desc.o_stride = tm;
+  } else if (layout == AttentionLayout::token_major) {
+    desc.q_stride = desc.k_stride = desc.v_stride = desc.o_stride = tm;
   }
-  json row = {{"desc", desc.str()}, {"layout", token_major ? "qkv [b,s,3,h,d] -> o [b,s,h,d]" : "[b,h,s,d]"}};
+  const char* names[] = {"[b,h,s,d]", "qkv [b,s,3,h,d] -> o [b,s,h,d]", "q,k [b,h,s,d]; v,o [b,s,h,d]", "[b,s,h,d]"};
+  json row = {{"desc", desc.str()}, {"layout", names[static_cast<int>(layout)]}};
   auto attention = CudnnAttention::create(desc, stream);
   if (!attention.ok()) {
     row["error"] = attention.error().message;
@@ -243,7 +253,7 @@ json bench_attention(const Kernels& k, const DeviceInfo& info, CUstream stream, 
   fill(k, info, stream, DType::bf16, qkv, 7);
   const char* base = static_cast<const char*>(qkv.data());
   const void *q = base, *kk, *v;
-  if (token_major) {
+  if (interleaved) {
     kk = base + desc.heads * desc.head_dim * 2;
     v = base + 2 * desc.heads * desc.head_dim * 2;
   } else {
@@ -507,8 +517,11 @@ int main(int argc, char** argv) {
   report["gemms"] = gemms;
 #ifdef KILN_HAS_CUDNN
   report["cudnn_version"] = CudnnAttention::version();
-  report["attention"] = {bench_attention(k, info, stream.handle(), false, reps),
-                         bench_attention(k, info, stream.handle(), true, reps)};
+  report["attention"] = json::array();
+  for (AttentionLayout layout : {AttentionLayout::head_major, AttentionLayout::qkv, AttentionLayout::plan_mix,
+                                 AttentionLayout::token_major}) {
+    report["attention"].push_back(bench_attention(k, info, stream.handle(), layout, reps));
+  }
 #endif
 
   cuda::register_cuda_backend();

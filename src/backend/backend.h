@@ -33,12 +33,22 @@ struct DeviceInfo {
   std::vector<std::pair<std::string, std::string>> libraries;  // {"openblas", "0.3.21"}, {"cublaslt", "13.0.0"}
 };
 
-// A dense row-major tensor in device memory. Does not own its memory.
+// A row-major tensor in device memory. Does not own its memory. Dense unless `pitch` is set: then its
+// elements, in row-major order, come in rows of `row` contiguous elements that start `pitch` elements apart
+// (a column window of a wider matrix: the v columns of a QKV GEMM's output, one piece of a concat written in
+// place). Only library operands are ever pitched, and only where the backend's takes_pitched says yes.
 struct DeviceTensor {
   void* data = nullptr;
   TensorType type;
-  size_t bytes() const { return type_bytes(type); }
+  int64_t row = 0, pitch = 0;
+  size_t bytes() const { return type_bytes(type); }  // of the elements, not of the window's span
+  bool pitched() const { return pitch != 0; }
 };
+
+// Element strides of a pitched tensor: `dense` (the strides of `shape` row-major, or of the layout an op
+// reads it in) with every stride of `row` or more scaled from rows of `row` to rows of `pitch`. Empty when
+// `row` is not a product of trailing extents of `shape` (a row would cut an axis), which no stride can say.
+std::vector<int64_t> pitched_strides(const Shape& shape, int64_t row, int64_t pitch);
 
 // A compiled module: the kernels of one emitted source, loaded and ready to launch.
 class LoadedModule {
@@ -83,6 +93,13 @@ class Backend {
 
   // Whether the backend can run `op` on these input types (as a library call or inside generated kernels).
   virtual Status supports(Op op, std::span<const TensorType> inputs, const Attrs& attrs) const = 0;
+  // Whether run_library(op) takes operand `operand` (an input index, or -1 for the output) pitched with rows
+  // of `row` elements `pitch` apart (DeviceTensor). Plans place column windows and concat pieces in place
+  // only where this says yes; otherwise they copy.
+  virtual bool takes_pitched(Op /*op*/, std::span<const TensorType> /*inputs*/, const Attrs& /*attrs*/,
+                             int /*operand*/, int64_t /*row*/, int64_t /*pitch*/) const {
+    return false;
+  }
   // `supports` as the pipeline's passes ask it (passes::SupportsFn); the backend must outlive the function.
   std::function<Status(Op, std::span<const TensorType>, const Attrs&)> supports_fn() const {
     return [this](Op op, std::span<const TensorType> inputs, const Attrs& attrs) { return supports(op, inputs, attrs); };

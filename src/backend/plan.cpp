@@ -89,11 +89,85 @@ Result<std::vector<std::vector<NodeId>>> ordered_units(const Graph& g) {
   return order;
 }
 
-// Where a view group's output lives: `byte_offset` bytes into the buffer of `base` (never itself a view).
+// Where a view group's output lives: `byte_offset` bytes into the buffer of `base` (never itself a view),
+// densely, or pitched (rows of `row` elements, `pitch` apart: a column window, or a concat piece in place).
 struct AliasOf {
   ValueId base;
   int64_t byte_offset;
+  int64_t row = 0, pitch = 0;
 };
+
+constexpr int64_t kPitchAlign = 16;  // bytes: where a pitched window may start and how its rows may be spaced
+
+// A concat along the last axis whose pieces the library ops that produce them write in place, into their
+// column windows of the concat's buffer (FLUX's single block: attention and the MLP GEMM into linear2's input).
+// The concat group then needs no kernel. `pieces`: each piece producer's output -> its window.
+struct InPlaceConcat {
+  ValueId concat = -1;
+  std::map<ValueId, AliasOf> pieces;
+};
+
+// Which concat groups among `units` can be written in place on `backend`: the group is a concat along the
+// last axis (reshapes of its inputs may ride along), every input is the one output of a library op read by
+// nothing else, and the backend writes each op's output pitched.
+std::map<size_t, InPlaceConcat> in_place_concats(const Graph& g, const std::vector<std::vector<NodeId>>& units,
+                                                 const Backend& backend) {
+  std::vector<std::vector<NodeId>> readers(g.values().size());
+  for (NodeId id = 0; id < static_cast<NodeId>(g.nodes().size()); ++id) {
+    for (ValueId v : g.node(id).inputs) readers[v].push_back(id);
+  }
+  std::set<ValueId> outputs;
+  for (const GraphOutput& o : g.outputs()) outputs.insert(o.value);
+  std::map<size_t, InPlaceConcat> found;
+  for (size_t u = 0; u < units.size(); ++u) {
+    const std::vector<NodeId>& members = units[u];
+    std::set<NodeId> member_set(members.begin(), members.end());
+    NodeId concat = -1;
+    bool views = true;
+    for (NodeId m : members) {
+      const Op op = g.node(m).op;
+      if (op == Op::concat) concat = concat < 0 ? m : -2;
+      views = views && (op == Op::concat || op == Op::reshape);
+    }
+    if (!views || concat < 0) continue;
+    const Node& c = g.node(concat);
+    const TensorType& ct = g.value(c.outputs[0]).type;
+    const auto rank = static_cast<int64_t>(ct.shape.size());
+    const int64_t axis = c.attrs.get_int("axis", 0);
+    if (axis != -1 && axis != rank - 1) continue;
+    const int64_t width = ct.shape.back();
+    const int64_t es = static_cast<int64_t>(dtype_size(ct.dtype));
+    InPlaceConcat plan{c.outputs[0], {}};
+    int64_t column = 0;
+    bool ok = (width * es) % kPitchAlign == 0;
+    for (ValueId in : c.inputs) {
+      // Back through the group's reshapes to the value a producer outside the group writes.
+      ValueId piece = in;
+      while (member_set.count(g.value(piece).producer) && g.node(g.value(piece).producer).op == Op::reshape) {
+        const ValueId before = g.node(g.value(piece).producer).inputs[0];
+        ok = ok && readers[piece].size() == 1;
+        piece = before;
+      }
+      const int64_t piece_width = g.value(in).type.shape.back();
+      const NodeId producer = g.value(piece).producer;
+      ok = ok && !member_set.count(producer) && producer >= 0 && readers[piece].size() == 1 &&
+           member_set.count(readers[piece][0]) && !outputs.count(piece) && !plan.pieces.count(piece) &&
+           (column * es) % kPitchAlign == 0;
+      if (ok) {
+        const Node& p = g.node(producer);
+        std::vector<TensorType> types;
+        for (ValueId v : p.inputs) types.push_back(g.value(v).type);
+        ok = p.group < 0 && is_library_op(p.op) && p.outputs.size() == 1 && backend.supports(p.op, types, p.attrs).ok() &&
+             backend.takes_pitched(p.op, types, p.attrs, -1, piece_width, width);
+      }
+      if (!ok) break;
+      plan.pieces[piece] = AliasOf{plan.concat, column * es, piece_width, width};
+      column += piece_width;
+    }
+    if (ok) found[u] = std::move(plan);
+  }
+  return found;
+}
 
 }  // namespace
 
@@ -155,6 +229,16 @@ Result<std::unique_ptr<Plan>> Plan::build(Backend& backend, const Graph& graph, 
   const Graph& g = plan->graph_;
   KILN_ASSIGN_OR_RETURN(const std::vector<std::vector<NodeId>> units, ordered_units(g));
   const std::vector<Binding> binding_time = passes::classify_binding_times(g);
+  const std::map<size_t, InPlaceConcat> in_place =
+      options.pitched_windows ? in_place_concats(g, units, backend) : std::map<size_t, InPlaceConcat>{};
+  std::map<ValueId, AliasOf> piece_windows;
+  for (const auto& [u, c] : in_place) piece_windows.insert(c.pieces.begin(), c.pieces.end());
+  std::set<ValueId> graph_outputs;
+  for (const GraphOutput& o : g.outputs()) graph_outputs.insert(o.value);
+  std::vector<std::vector<std::pair<NodeId, int>>> readers(g.values().size());  // (node, operand)
+  for (NodeId id = 0; id < static_cast<NodeId>(g.nodes().size()); ++id) {
+    for (size_t i = 0; i < g.node(id).inputs.size(); ++i) readers[g.node(id).inputs[i]].push_back({id, static_cast<int>(i)});
+  }
 
   // Stage of every value that has storage: graph inputs by binding, step outputs by their step's stage.
   std::vector<Binding> stage_of(g.values().size(), Binding::weight);
@@ -184,8 +268,21 @@ Result<std::unique_ptr<Plan>> Plan::build(Backend& backend, const Graph& graph, 
     for (ValueId v : n.inputs) t.push_back(g.value(v).type);
     return t;
   };
+  // Whether every reader of `v` is a library call that takes it pitched (a column window read in place).
+  auto read_pitched_by_library = [&](ValueId v, int64_t row, int64_t pitch) {
+    if (graph_outputs.count(v) || readers[v].empty()) return false;
+    for (const auto& [id, operand] : readers[v]) {
+      const Node& n = g.node(id);
+      if (n.group >= 0 || !is_library_op(n.op) || !backend.supports(n.op, input_types(n), n.attrs).ok() ||
+          !backend.takes_pitched(n.op, input_types(n), n.attrs, operand, row, pitch)) {
+        return false;
+      }
+    }
+    return true;
+  };
   std::vector<Step> steps;  // topological order; sorted into stages below
-  for (const std::vector<NodeId>& members : units) {
+  for (size_t unit = 0; unit < units.size(); ++unit) {
+    const std::vector<NodeId>& members = units[unit];
     const Node& first = g.node(members[0]);
     Step step;
     step.nodes = members;
@@ -205,7 +302,17 @@ Result<std::unique_ptr<Plan>> Plan::build(Backend& backend, const Graph& graph, 
     auto define = [&](ValueId v) {
       has_storage[v] = true;
       stage_of[v] = stage;
+      auto window = piece_windows.find(v);
+      if (window != piece_windows.end()) {  // a concat piece written in place: the concat's buffer holds it
+        alias_of[v] = window->second;
+        has_storage[window->second.base] = true;
+        stage_of[window->second.base] = stage;
+      }
     };
+    if (in_place.count(unit)) {  // every piece is already in its window
+      ++plan->summary_.in_place_concats;
+      continue;
+    }
     if (members.size() == 1 && op_has_trait(first.op, kTraitSource)) {
       // Constants: computed once, now. Groups that read them fold the value into their code too.
       Status st = backend.supports(first.op, input_types(first), first.attrs);
@@ -260,7 +367,23 @@ Result<std::unique_ptr<Plan>> Plan::build(Backend& backend, const Graph& graph, 
     }
     kernel::Kernel k = std::move(lowered).value();
     const std::vector<int64_t> alias = kernel::alias_offsets(k);
-    if (!alias.empty() && has_storage[k.inputs[0].value]) {
+    const bool dense_input = k.inputs.size() == 1 && has_storage[k.inputs[0].value] &&
+                             !(alias_of.count(k.inputs[0].value) && alias_of.at(k.inputs[0].value).pitch != 0);
+    if (auto window = options.pitched_windows && dense_input && alias.empty() ? kernel::pitched_window(k) : std::nullopt) {
+      const ValueId in = k.inputs[0].value, out = k.outputs[0].value;
+      const auto es = static_cast<int64_t>(dtype_size(k.outputs[0].type.dtype));
+      const AliasOf base = alias_of.count(in) ? alias_of.at(in) : AliasOf{in, 0};
+      const int64_t byte_offset = base.byte_offset + window->offset * es;
+      if (byte_offset % kPitchAlign == 0 && (window->pitch * es) % kPitchAlign == 0 &&
+          read_pitched_by_library(out, window->row, window->pitch)) {
+        alias_of[out] = AliasOf{base.base, byte_offset, window->row, window->pitch};
+        has_storage[out] = true;
+        stage_of[out] = stage_of[base.base];
+        ++plan->summary_.windows;
+        continue;
+      }
+    }
+    if (!alias.empty() && dense_input) {
       const ValueId in = k.inputs[0].value;
       const AliasOf base = alias_of.count(in) ? alias_of.at(in) : AliasOf{in, 0};
       for (size_t i = 0; i < k.outputs.size(); ++i) {
@@ -333,8 +456,12 @@ Result<std::unique_ptr<Plan>> Plan::build(Backend& backend, const Graph& graph, 
   for (size_t i = plan->per_step_end_; i < steps.size(); ++i) {
     const int at = static_cast<int>(i - plan->per_step_end_);
     const int until = complete_before[i] - 1 - static_cast<int>(plan->per_step_end_);
-    for (ValueId v : steps[i].outputs) {
-      if (options.reuse_memory && !kept.count(v) && !lives.count(v)) {
+    for (ValueId written : steps[i].outputs) {
+      const ValueId v = root_of(written);  // a concat piece written in place: the concat's buffer
+      auto it = lives.find(v);
+      if (it != lives.end()) {
+        it->second.last_step = std::max(it->second.last_step, until);
+      } else if (options.reuse_memory && !kept.count(v)) {
         lives[v] = MemoryRequest{static_cast<int64_t>(type_bytes(g.value(v).type)), at, until};
         pooled.push_back(v);
       }
@@ -350,7 +477,8 @@ Result<std::unique_ptr<Plan>> Plan::build(Backend& backend, const Graph& graph, 
   int64_t owned_bytes = 0;
   for (const DeviceTensor& t : plan->owned_) owned_bytes += static_cast<int64_t>(t.bytes());
   for (const Step& s : steps) {
-    for (ValueId v : s.outputs) {
+    for (ValueId written : s.outputs) {
+      const ValueId v = root_of(written);
       if (plan->tensors_.count(v) || lives.count(v)) continue;
       KILN_TRY(allocate_now(v));
       owned_bytes += static_cast<int64_t>(type_bytes(g.value(v).type));
@@ -367,7 +495,7 @@ Result<std::unique_ptr<Plan>> Plan::build(Backend& backend, const Graph& graph, 
   }
   for (const auto& [v, a] : alias_of) {
     const DeviceTensor& base = plan->tensors_.at(a.base);
-    plan->tensors_[v] = DeviceTensor{static_cast<std::byte*>(base.data) + a.byte_offset, g.value(v).type};
+    plan->tensors_[v] = DeviceTensor{static_cast<std::byte*>(base.data) + a.byte_offset, g.value(v).type, a.row, a.pitch};
   }
   int64_t intermediate_bytes = 0;
   for (const MemoryRequest& r : requests) intermediate_bytes += r.bytes;

@@ -47,12 +47,17 @@ struct PlanOptions {
   // Lanes the steps may spread over (backend.h; lanes.h says which step goes where), at most the backend's.
   // 1 runs every step in order on one queue. A plan with a reference fallback runs on one lane.
   int lanes = 1;
+  // Column windows read in place and concat pieces written in place by library calls that take pitched
+  // operands (Backend::takes_pitched); false copies them through view kernels.
+  bool pitched_windows = true;
 };
 
 struct PlanSummary {
   int kernels = 0;        // generated kernel launches per run
   int library_calls = 0;  // GEMMs, attention, gathers
   int aliases = 0;        // view groups that cost nothing
+  int windows = 0;        // column windows library calls read in place (pitched, backend.h)
+  int in_place_concats = 0;  // concats whose pieces their library producers write in place
   int constants = 0;      // computed once at build
   int fallbacks = 0;      // groups run through the reference
   int load_steps = 0;     // steps of each stage

@@ -139,7 +139,8 @@ Result<nlohmann::json> run_on_backend(BackendRun& run, const RunArgs& args, cons
   std::vector<std::string> notes = run.warnings;
   notes.insert(notes.end(), s.notes.begin(), s.notes.end());
   nlohmann::json j = {{"name", name}, {"device", backend->device().name}, {"kernels", s.kernels},
-                      {"library_calls", s.library_calls}, {"aliases", s.aliases}, {"fallbacks", s.fallbacks},
+                      {"library_calls", s.library_calls}, {"aliases", s.aliases}, {"windows", s.windows},
+                      {"in_place_concats", s.in_place_concats}, {"fallbacks", s.fallbacks},
                       {"compile_seconds", s.compile_seconds}, {"run_seconds", seconds}, {"notes", notes},
                       {"stages", {{"load", s.load_steps}, {"per_step", s.per_step_steps}, {"per_call", s.per_call_steps}}},
                       {"per_step_hits", plan->stats().per_step_hits}, {"per_step_misses", plan->stats().per_step_misses},
@@ -290,10 +291,11 @@ int run(RunArgs args) {
   fmt::print("model  {} (seed {}), reference executor: {:.3f} s\n", args.model, args.seed, seconds);
   if (result.contains("backend")) {
     const auto& b = result["backend"];
-    fmt::print("backend {} ({}): fused plan of {} kernels, {} library calls, {} free views, {} reference fallbacks; "
-               "compile {:.2f} s, run {:.4f} s\n",
+    fmt::print("backend {} ({}): fused plan of {} kernels, {} library calls, {} free views, {} windows read in place, "
+               "{} concats written in place, {} reference fallbacks; compile {:.2f} s, run {:.4f} s\n",
                b["name"].get<std::string>(), b["device"].get<std::string>(), b["kernels"].get<int>(),
-               b["library_calls"].get<int>(), b["aliases"].get<int>(), b["fallbacks"].get<int>(),
+               b["library_calls"].get<int>(), b["aliases"].get<int>(), b["windows"].get<int>(),
+               b["in_place_concats"].get<int>(), b["fallbacks"].get<int>(),
                b["compile_seconds"].get<double>(), b["run_seconds"].get<double>());
     fmt::print("  stages: {} load, {} per-step, {} per-call steps on {} lane(s), {} cross-lane waits; per-step stage "
                "computed {}x, reused {}x; memory {} ({} with one buffer per intermediate); bucket {}\n",

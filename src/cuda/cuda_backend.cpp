@@ -209,8 +209,35 @@ class CudaBackend final : public backend::Backend {
     return ok_status();
   }
 
+  // cuBLASLt reads x and writes y with any row stride (a pitched y only without a residual: C shares its
+  // layout); cuDNN addresses q, k, v and o through strides. Rows must be whole GEMM rows / attention rows.
+  bool takes_pitched(Op op, std::span<const TensorType> inputs, const Attrs& attrs, int operand, int64_t row,
+                     int64_t pitch) const override {
+    if (pitch < row || row <= 0) return false;
+    if (op == Op::linear) {
+      if (operand == 0) return row == inputs[0].shape.back();
+      return operand == -1 && row == inputs[1].shape[0] && ops::linear_inputs(inputs.size(), attrs).residual < 0;
+    }
+    if (op == Op::attention && inputs.size() <= 3 && operand < 3) {
+      auto inferred = infer_node(op, inputs, attrs);
+      if (!inferred.ok()) return false;
+      const Shape& shape = operand < 0 ? (*inferred)[0].shape : inputs[static_cast<size_t>(operand)].shape;
+      return !backend::pitched_strides(shape, row, pitch).empty();
+    }
+    return false;
+  }
+
   Status run_library(Op op, const Attrs& attrs, std::span<const DeviceTensor> inputs,
                      std::span<const DeviceTensor> outputs) override {
+    for (size_t i = 0; i < inputs.size() + outputs.size(); ++i) {
+      const DeviceTensor& t = i < inputs.size() ? inputs[i] : outputs[i - inputs.size()];
+      if (!t.pitched()) continue;
+      std::vector<TensorType> types;
+      for (const DeviceTensor& in : inputs) types.push_back(in.type);
+      if (!takes_pitched(op, types, attrs, i < inputs.size() ? static_cast<int>(i) : -1, t.row, t.pitch))
+        return make_error(ErrorCode::unsupported, fmt::format("{}: operand {} cannot be pitched (rows of {}, {} apart)",
+                                                              op_name(op), i, t.row, t.pitch));
+    }
     std::vector<TensorType> types;
     for (const DeviceTensor& t : inputs) types.push_back(t.type);
     KILN_TRY(supports(op, types, attrs));
@@ -433,6 +460,8 @@ class CudaBackend final : public backend::Backend {
     desc.output = out.type.dtype;
     const ops::LinearInputs at = ops::linear_inputs(in.size(), attrs);
     const bool bias = at.bias >= 0;
+    desc.x_ld = in[0].pitch;
+    desc.y_ld = out.pitch;
     GemmArgs args{.x = in[0].data, .w = in[1].data, .y = out.data, .bias = bias ? in[static_cast<size_t>(at.bias)].data : nullptr};
     if (desc.scale) args.scale = static_cast<const float*>(in[static_cast<size_t>(at.scale)].data);
     if (desc.residual) args.residual = in[static_cast<size_t>(at.residual)].data;
@@ -489,9 +518,20 @@ class CudaBackend final : public backend::Backend {
     desc.k_stride = strides(tm[1], desc.kv_heads, desc.kv_tokens, desc.head_dim);
     desc.v_stride = strides(tm[2], desc.kv_heads, desc.kv_tokens, desc.head_dim);
     desc.o_stride = strides(tm[3], desc.heads, desc.q_tokens, desc.head_dim);
+    // A pitched operand (a column window of a QKV GEMM's output, o written into a concat): its storage-order
+    // strides, pitched, put in [b, h, s, d] order.
+    std::array<int64_t, 4>* bhsd[4] = {&desc.q_stride, &desc.k_stride, &desc.v_stride, &desc.o_stride};
+    std::string pitches;
+    for (int i = 0; i < 4; ++i) {
+      const DeviceTensor& t = i < 3 ? in[static_cast<size_t>(i)] : out;
+      if (!t.pitched()) continue;
+      const std::vector<int64_t> st = backend::pitched_strides(t.type.shape, t.row, t.pitch);
+      *bhsd[i] = tm[i] ? std::array<int64_t, 4>{st[0], st[2], st[1], st[3]} : std::array<int64_t, 4>{st[0], st[1], st[2], st[3]};
+      pitches += fmt::format(" {}:{}/{}", i, t.row, t.pitch);
+    }
     // cuDNN's handle is bound to one stream: one plan per lane.
-    const std::string key = desc.str() + fmt::format(" scale={} layouts={}{}{}{} lane={}", desc.scale, tm[0], tm[1],
-                                                     tm[2], tm[3], lane_);
+    const std::string key = desc.str() + fmt::format(" scale={} layouts={}{}{}{}{} lane={}", desc.scale, tm[0], tm[1],
+                                                     tm[2], tm[3], pitches, lane_);
     auto it = attention_.find(key);
     if (it == attention_.end()) {
       KILN_ASSIGN_OR_RETURN(CudnnAttention created, CudnnAttention::create(desc, stream()));

@@ -47,6 +47,8 @@ Status set_attribute(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t a
 }
 
 Status validate(const GemmDesc& desc) {
+  if ((desc.x_ld > 0 && desc.x_ld < desc.k) || (desc.y_ld > 0 && desc.y_ld < desc.n) || (desc.y_ld > 0 && desc.residual))
+    return make_error(ErrorCode::invalid_argument, fmt::format("GEMM {}: row strides below the row, or a pitched y with a residual", desc.str()));
   if (desc.m <= 0 || desc.n <= 0 || desc.k <= 0)
     return make_error(ErrorCode::shape_error, fmt::format("GEMM {}: every extent must be positive", desc.str()));
   const bool fp8 = desc.input == DType::f8e4m3;
@@ -101,8 +103,10 @@ Status make_descriptors(const GemmDesc& desc, Descriptors& out) {
   }
   const uint64_t m = desc.m, n = desc.n, k = desc.k;
   KILN_TRY(lt_check(cublasLtMatrixLayoutCreate(&out.a, in_type, k, n, k), "cublasLtMatrixLayoutCreate(w)"));
-  KILN_TRY(lt_check(cublasLtMatrixLayoutCreate(&out.b, in_type, k, m, k), "cublasLtMatrixLayoutCreate(x)"));
-  KILN_TRY(lt_check(cublasLtMatrixLayoutCreate(&out.d, out_type, n, m, n), "cublasLtMatrixLayoutCreate(y)"));
+  const uint64_t x_ld = desc.x_ld > 0 ? static_cast<uint64_t>(desc.x_ld) : k;
+  const uint64_t y_ld = desc.y_ld > 0 ? static_cast<uint64_t>(desc.y_ld) : n;
+  KILN_TRY(lt_check(cublasLtMatrixLayoutCreate(&out.b, in_type, k, m, x_ld), "cublasLtMatrixLayoutCreate(x)"));
+  KILN_TRY(lt_check(cublasLtMatrixLayoutCreate(&out.d, out_type, n, m, y_ld), "cublasLtMatrixLayoutCreate(y)"));
   return ok_status();
 }
 
@@ -150,8 +154,9 @@ std::string GemmDesc::str() const {
                       : scaling == GemmScaling::channel ? " scales=channel"
                       : scaling == GemmScaling::block   ? " scales=block"
                                                         : " scales=tensor-x,channel-w";
-  return fmt::format("m={} n={} k={} {}->{}{}{}{}{}{}", m, n, k, dtype_name(input), dtype_name(output), epi, scale,
-                     fast_accumulation ? " fast-accum" : "", this->scale ? " feature-scale" : "", residual ? " residual" : "");
+  return fmt::format("m={} n={} k={} {}->{}{}{}{}{}{}{}{}", m, n, k, dtype_name(input), dtype_name(output), epi, scale,
+                     fast_accumulation ? " fast-accum" : "", this->scale ? " feature-scale" : "", residual ? " residual" : "",
+                     x_ld > 0 ? fmt::format(" x_ld={}", x_ld) : "", y_ld > 0 ? fmt::format(" y_ld={}", y_ld) : "");
 }
 
 struct BlasLt::State {

@@ -40,6 +40,9 @@ struct GemmDesc {
   // D = α·AB + β·C + bias with a per-feature α (CUBLASLT_POINTER_MODE_ALPHA_DEVICE_VECTOR_*) and β = 1, C = residual.
   bool scale = false;
   bool residual = false;
+  // Row strides in elements of x [m, k] and y [m, n] where they are column windows of wider matrices
+  // (pitched, backend.h); 0: dense (k, n). A pitched y takes no residual (C is read with y's layout).
+  int64_t x_ld = 0, y_ld = 0;
 
   std::string str() const;  // "m=4096 n=9216 k=3072 bf16->bf16 bias"
 };

@@ -603,12 +603,41 @@ class KernelWriter {
 
   // A local array of V elements read or written as whole 16-byte (or smaller) words.
   std::string vector_copy(const std::string& to, const std::string& from, DType dtype, bool to_global) const {
-    const int64_t bytes = static_cast<int64_t>(c_.s.vector_width) * static_cast<int64_t>(dtype_size(dtype));
+    (void)to_global;
+    return vector_copy_n(to, from, dtype, c_.s.vector_width);
+  }
+  std::string vector_copy_n(const std::string& to, const std::string& from, DType dtype, int64_t elements) const {
+    const int64_t bytes = elements * static_cast<int64_t>(dtype_size(dtype));
     const char* word = bytes >= 16 ? "uint4" : bytes == 8 ? "uint2" : bytes == 4 ? "uint32_t" : bytes == 2 ? "uint16_t" : "uint8_t";
     const int64_t words = bytes >= 16 ? bytes / 16 : 1;
-    (void)to_global;
     return fmt::format("for (int kiln_q = 0; kiln_q < {0}; ++kiln_q) (({1}*)({2}))[kiln_q] = ((const {1}*)({3}))[kiln_q];\n",
                        words, word, to, from);
+  }
+
+  // A load whose elements of one vector step all lie in one aligned span (offset_in_vector_span): the span is
+  // read once per step as whole words into a local array, shared by every load of that span, and each
+  // element indexes it at a place fixed once the loops are unrolled. The smallest span that holds the step.
+  std::optional<std::string> span_load(const Expr& e) {
+    const KernelParam& p = k_.inputs[e.param];
+    const int lane = vector_lane_var(k_);
+    for (int64_t span = 2; span <= c_.s.vector_width; span *= 2) {
+      const std::optional<VectorSpan> at = offset_in_vector_span(k_, e.offset, vec_.var, c_.s.vector_width, span);
+      if (!at) continue;
+      const std::string base = index_to_c(at->base, [&](int v) {
+        // Before the element loop only the step's first element, kiln_vb, is defined.
+        return v == vector_step_var(k_) ? fmt::format("(kiln_vb / {})", c_.s.vector_width) : var_name(v);
+      });
+      const std::string key = fmt::format("{}:{}:{}", e.param, span, base);
+      auto [it, fresh] = vec_.spans.try_emplace(key, "kiln_vin" + std::to_string(vec_.arrays));
+      if (fresh) {
+        ++vec_.arrays;
+        vec_.pre += fmt::format("alignas(16) {} {}[{}];\n", storage_type(p.type.dtype), it->second, span);
+        vec_.pre += vector_copy_n(it->second, fmt::format("in{} + {}", e.param, base), p.type.dtype, span);
+      }
+      return fmt::format("{}[{}]", it->second,
+                         index_to_c(at->within, [&](int v) { return v == lane ? std::string("kiln_vj") : var_name(v); }));
+    }
+    return std::nullopt;
   }
 
   std::string emit(int id) {
@@ -633,6 +662,8 @@ class KernelWriter {
           vec_.pre += fmt::format("alignas(16) {} {}[{}];\n", storage_type(p.type.dtype), arr, c_.s.vector_width);
           vec_.pre += vector_copy(arr, fmt::format("in{} + {}", e.param, idx_at_vector_base(e.offset)), p.type.dtype, false);
           ref = arr + "[kiln_vj]";
+        } else if (wide_ && vec_.var >= 0 && !clamp) {
+          if (auto spanned = span_load(e)) ref = *spanned;
         }
         switch (p.type.dtype) {
           case DType::f32: v = ref; break;
@@ -1082,6 +1113,7 @@ class KernelWriter {
     int level = 0;
     int arrays = 0;
     std::string pre, post;
+    std::map<std::string, std::string> spans;  // param:span:base -> the local array holding it (span_load)
   };
   static constexpr const char* kVectorPrologue = "@@kiln-vector-prologue@@\n";
   bool vector_mode_ = false;

@@ -17,6 +17,7 @@
 // schedule with cache_row = false recomputes them from memory instead ("re-read"). Both are correct.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -116,5 +117,13 @@ std::string kernel_hash(const Kernel& kernel);
 // slices/splits behind unit axes), the element offset of each output in the input; else empty. Such a
 // kernel need not run: its outputs can alias the input.
 std::vector<int64_t> alias_offsets(const Kernel& kernel);
+
+// When the kernel's one output is its single input read as a column window: the output's elements, in
+// order, are rows of `row` contiguous input elements starting `pitch` apart, from element `offset` (a slice
+// of the last axis, then reshapes). Such a kernel need not run where its readers take pitched operands.
+struct PitchedWindow {
+  int64_t offset = 0, row = 0, pitch = 0;
+};
+std::optional<PitchedWindow> pitched_window(const Kernel& kernel);
 
 }  // namespace kiln::kernel

@@ -749,4 +749,56 @@ std::vector<int64_t> alias_offsets(const Kernel& k) {
   return offsets;
 }
 
+std::optional<PitchedWindow> pitched_window(const Kernel& k) {
+  if (k.inputs.size() != 1 || k.outputs.size() != 1) return std::nullopt;
+  const Stage* store = nullptr;
+  for (const Stage& s : k.stages) {
+    if (s.reduce || s.optional || s.output < 0 || store) return std::nullopt;
+    store = &s;
+  }
+  if (!store) return std::nullopt;
+  const Expr& e = k.exprs[store->expr];
+  if (e.kind != ExprKind::load || e.guarded || k.inputs[0].type.dtype != store->type.dtype) return std::nullopt;
+  // Each loop variable's step in the output (dense) and in the input, with its extent.
+  const Shape& shape = store->type.shape;
+  const std::vector<int64_t> strides = shape_strides(shape);
+  struct Var {
+    int64_t want = 0, extent = 1;
+  };
+  std::map<int, Var> vars;
+  for (size_t a = 0; a < k.row_vars.size(); ++a) {
+    if (k.row_vars[a] >= 0) vars[k.row_vars[a]] = {strides[a], shape[a]};
+  }
+  for (size_t a = 0; a < store->space_vars.size(); ++a) {
+    const size_t axis = k.row_vars.size() + a;
+    if (store->space_vars[a] >= 0) vars[store->space_vars[a]] = {strides[axis], shape[axis]};
+  }
+  std::map<int, int64_t> got;
+  for (const IndexTerm& t : e.offset.terms) {
+    if (t.atom.kind != IndexAtom::Kind::var || !vars.count(t.atom.var)) return std::nullopt;
+    got[t.atom.var] = t.coefficient;
+  }
+  // The row: the span of the variables that step the input as they step the output; every other variable
+  // steps whole rows, by one common pitch.
+  int64_t row = shape_numel(shape);
+  for (const auto& [v, var] : vars) {
+    if (var.extent > 1 && got[v] != var.want) row = std::min(row, var.want);
+  }
+  if (row == shape_numel(shape)) return std::nullopt;  // dense: alias_offsets' case
+  std::optional<int64_t> pitch;
+  for (const auto& [v, var] : vars) {
+    if (var.extent <= 1) continue;
+    if (var.want < row) {
+      if (got[v] != var.want || var.want * var.extent > row) return std::nullopt;
+      continue;
+    }
+    if (var.want % row != 0 || got[v] % (var.want / row) != 0) return std::nullopt;
+    const int64_t p = got[v] / (var.want / row);
+    if (pitch && *pitch != p) return std::nullopt;
+    pitch = p;
+  }
+  if (!pitch || *pitch < row) return std::nullopt;
+  return PitchedWindow{e.offset.constant, row, *pitch};
+}
+
 }  // namespace kiln::kernel

@@ -136,6 +136,27 @@ std::optional<IndexExpr> offset_within_vector_step(const Kernel& kernel, const I
   return within;
 }
 
+std::optional<VectorSpan> offset_in_vector_span(const Kernel& kernel, const IndexExpr& offset, int var, int width,
+                                                int64_t span) {
+  const VarExtents extents = vector_split_extents(kernel, var, width);
+  const IndexExpr split = split_vector_var(kernel, offset, var, width);
+  const int lane = vector_lane_var(kernel);
+  // The start of the span holding element 0: its offset with j = 0, the constant rounded down to the span.
+  IndexExpr base = index_substitute(split, lane, IndexExpr::of_constant(0), extents);
+  base.constant -= ((base.constant % span) + span) % span;
+  if (index_mentions(base, lane)) return std::nullopt;
+  for (const IndexTerm& t : base.terms) {
+    if (t.coefficient % span != 0) return std::nullopt;
+  }
+  const IndexExpr within = index_add(split, index_scale(base, -1));
+  for (int v : index_vars(within)) {
+    if (v != lane) return std::nullopt;
+  }
+  const IndexRange r = index_range(within, extents);
+  if (r.lo < 0 || r.hi >= span) return std::nullopt;
+  return VectorSpan{base, within};
+}
+
 int row_copy_of(const Kernel& k, int stage) {
   const Stage& st = k.stages[static_cast<size_t>(stage)];
   const Expr& e = k.exprs[static_cast<size_t>(st.expr)];

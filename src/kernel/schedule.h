@@ -84,6 +84,15 @@ IndexExpr split_vector_var(const Kernel& kernel, const IndexExpr& e, int var, in
 // Where a read at `offset` by such a loop lands within the reader's own step: an expression in j alone with
 // values in 0..width-1, or nullopt when the element may lie in another step.
 std::optional<IndexExpr> offset_within_vector_step(const Kernel& kernel, const IndexExpr& offset, int var, int width);
+// Where a read at `offset` by such a loop lands when every element j of a step reads within one aligned span
+// of `span` elements: the span's start (without j, a multiple of `span`) and the place in it (j alone,
+// 0..span-1). RoPE's cos/sin at j/2 + 4s + 64t: span 4 from 4s + 64t; the pair's weight 2(j/2) + 8s: span 8.
+struct VectorSpan {
+  IndexExpr base;
+  IndexExpr within;
+};
+std::optional<VectorSpan> offset_in_vector_span(const Kernel& kernel, const IndexExpr& offset, int var, int width,
+                                                int64_t span);
 
 // Whether `schedule` is valid for `kernel` on `target`; the error names the field and the limit.
 Status can_implement(const Kernel& kernel, const Schedule& schedule, Target target);

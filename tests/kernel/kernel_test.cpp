@@ -483,6 +483,15 @@ TEST(KernelEmit, CudaRowsLiveInRegistersWhereTheirThreadReadsThem) {
   EXPECT_NE(body.find("typedef int kiln_idx;"), std::string::npos) << body;
   EXPECT_NE(body.find("_r[kiln_it][2*((kiln_vj) / 2) + 1]"), std::string::npos) << body;
   EXPECT_NE(body.find("(((kiln_vj) % 2)) < 1 ?"), std::string::npos) << body;
+  // cos and sin (j/2 of a step: 4 floats) and the norm weight (both pair elements: the step's 8 floats) are
+  // read as whole 16-byte words once per step, not element by element, on the aligned path.
+  const size_t rope = body.find("// stage 2");
+  ASSERT_NE(rope, std::string::npos);
+  const std::string rope_aligned = body.substr(rope, body.find("} else {", rope) - rope);
+  EXPECT_NE(rope_aligned.find("float kiln_vin1[4];"), std::string::npos) << rope_aligned;
+  EXPECT_NE(rope_aligned.find("[((kiln_vj) / 2)]"), std::string::npos) << rope_aligned;
+  EXPECT_NE(rope_aligned.find("kiln_vin0[2*((kiln_vj) / 2) + 1]"), std::string::npos) << rope_aligned;
+  EXPECT_EQ(rope_aligned.find(" = in"), std::string::npos) << rope_aligned;
 
   s.registers = false;
   EXPECT_EQ(count(cuda_row_buffers(*qk, s), RowBuffer::registers), 0);

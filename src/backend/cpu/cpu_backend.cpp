@@ -18,6 +18,7 @@
 
 #include "backend/cpu/cpu_library.h"
 #include "backend/cpu/thread_pool.h"
+#include "backend/pitched.h"
 #include "harness/compile.h"
 #include "harness/kernel_abi.h"
 #include "harness/machine.h"
@@ -247,8 +248,47 @@ class CpuBackend final : public Backend {
     return ok_status();
   }
 
+  // Library ops read pitched operands through a dense copy and write pitched results through one (the copy a
+  // plan's view kernel would have made); generated kernels and sources take dense tensors only.
+  bool takes_pitched(Op op, std::span<const TensorType> /*inputs*/, const Attrs& /*attrs*/, int /*operand*/,
+                     int64_t row, int64_t pitch) const override {
+    return (op == Op::linear || op == Op::scaled_linear || op == Op::matmul || op == Op::attention) && row > 0 &&
+           pitch >= row;
+  }
+
+  Status run_library_dense(Op op, const Attrs& attrs, std::span<const DeviceTensor> inputs,
+                           std::span<const DeviceTensor> outputs) {
+    for (const DeviceTensor& t : inputs) {
+      if (t.pitched() && !takes_pitched(op, {}, attrs, 0, t.row, t.pitch)) {
+        return make_error(ErrorCode::unsupported, fmt::format("{} takes no pitched operand", op_name(op)));
+      }
+    }
+    std::vector<std::vector<std::byte>> copies;
+    auto dense = [&](const DeviceTensor& t) {
+      if (!t.pitched()) return t;
+      copies.emplace_back(t.bytes());
+      return DeviceTensor{copies.back().data(), t.type};
+    };
+    std::vector<DeviceTensor> in, out;
+    copies.reserve(inputs.size() + outputs.size());
+    for (const DeviceTensor& t : inputs) {
+      in.push_back(dense(t));
+      if (t.pitched()) gather_pitched(t, in.back().data);
+    }
+    for (const DeviceTensor& t : outputs) out.push_back(dense(t));
+    KILN_TRY(run_library(op, attrs, in, out));
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      if (outputs[i].pitched()) scatter_pitched(out[i].data, outputs[i]);
+    }
+    return ok_status();
+  }
+
   Status run_library(Op op, const Attrs& attrs, std::span<const DeviceTensor> inputs,
                      std::span<const DeviceTensor> outputs) override {
+    if (std::any_of(inputs.begin(), inputs.end(), [](const DeviceTensor& t) { return t.pitched(); }) ||
+        std::any_of(outputs.begin(), outputs.end(), [](const DeviceTensor& t) { return t.pitched(); })) {
+      return run_library_dense(op, attrs, inputs, outputs);
+    }
     std::vector<TensorType> types;
     for (const DeviceTensor& t : inputs) types.push_back(t.type);
     auto inferred = infer_node(op, types, attrs);
