@@ -6,7 +6,8 @@
 # KILN_BINARY defaults to build/gpu/kiln (bench/gpu/run.sh builds it) or build/carry/kiln (built elsewhere with
 # -DKILN_CUDA=ON and carried); BUDGET to 3m; MODEL to zoo:flux1-double-block. With several models the peer runs
 # once and each model's loop writes OUT_DIR/<double|single>/. Needs .peer/torch_flux_block.py (a copy of
-# ../shared/bench/torch_flux_block.py, carried).
+# ../shared/bench/torch_flux_block.py, carried). KILN_NO_KB=1 runs without the knowledge base (and so without the
+# kernel tuner, which overran a 60 s budget by 2 minutes in session 18).
 set -uo pipefail
 out="${1:?usage: bench/gpu/optimize.sh OUT_DIR [KILN_BINARY] [BUDGET] [MODEL]}"
 root="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -53,8 +54,10 @@ PY
   ))
   echo "${peers[@]}"
   echo "== kiln optimize $model --backend cuda --budget $budget"
+  kb=(--kb "$out/kiln-kb.sqlite")
+  [ -n "${KILN_NO_KB:-}" ] && kb=(--no-kb)  # no knowledge base and no kernel tuner: a shorter call
   timeout "${KILN_OPTIMIZE_TIMEOUT:-340}" "$kiln" optimize "$model" --backend cuda --budget "$budget" -o "$dir/optimize" \
-    --kb "$out/kiln-kb.sqlite" "${peers[@]}" > "$dir/optimize.log" 2>&1 || status=1
+    "${kb[@]}" "${peers[@]}" > "$dir/optimize.log" 2>&1 || status=1
   tail -14 "$dir/optimize.log"
 done
 exit $status
