@@ -6,6 +6,7 @@
 #include <array>
 #include <chrono>
 #include <cstring>
+#include <optional>
 #include <queue>
 #include <set>
 
@@ -105,6 +106,11 @@ constexpr int64_t kPitchAlign = 16;  // bytes: where a pitched window may start 
 struct InPlaceConcat {
   ValueId concat = -1;
   std::map<ValueId, AliasOf> pieces;
+  // The joint form (joint_windows): the pieces lie one after another in the first one's buffer (`base`, of
+  // `base_bytes`), and the group's output is a window of that buffer.
+  std::optional<AliasOf> output;
+  ValueId base = -1;
+  int64_t base_bytes = 0;
 };
 
 // Which concat groups among `units` can be written in place on `backend`: the group is a concat along the
@@ -169,6 +175,99 @@ std::map<size_t, InPlaceConcat> in_place_concats(const Graph& g, const std::vect
   return found;
 }
 
+// The same column window of several producers' outputs, concatenated along an outer axis (FLUX's double block:
+// the v columns of the text and image q/k/v GEMMs, joined along tokens for attention): when those outputs lie one
+// after another in one buffer, the concat is a window of it. Found when the group is slices of the last axis
+// with equal bounds, reshapes that keep the axes up to the concat's, and the concat; the outputs are whole
+// tensors before the concat axis (everything before it has extent 1), produced by steps, read as dense tensors
+// by anyone; and the group's output is read only by library calls that take it pitched.
+std::map<size_t, InPlaceConcat> joint_windows(const Graph& g, const std::vector<std::vector<NodeId>>& units,
+                                              const Backend& backend) {
+  std::vector<std::vector<std::pair<NodeId, int>>> readers(g.values().size());
+  for (NodeId id = 0; id < static_cast<NodeId>(g.nodes().size()); ++id) {
+    for (size_t i = 0; i < g.node(id).inputs.size(); ++i) readers[g.node(id).inputs[i]].push_back({id, static_cast<int>(i)});
+  }
+  std::set<ValueId> outputs, inputs;
+  for (const GraphOutput& o : g.outputs()) outputs.insert(o.value);
+  for (const GraphInput& in : g.inputs()) inputs.insert(in.value);
+  std::map<size_t, InPlaceConcat> found;
+  for (size_t u = 0; u < units.size(); ++u) {
+    std::set<NodeId> member_set(units[u].begin(), units[u].end());
+    NodeId concat = -1;
+    bool views = true;
+    for (NodeId m : units[u]) {
+      const Op op = g.node(m).op;
+      if (op == Op::concat) concat = concat < 0 ? m : -2;
+      views = views && (op == Op::concat || op == Op::reshape || op == Op::slice);
+    }
+    if (!views || concat < 0) continue;
+    const Node& c = g.node(concat);
+    const ValueId out = c.outputs[0];
+    const TensorType& ot = g.value(out).type;
+    const auto rank = static_cast<int64_t>(ot.shape.size());
+    int64_t axis = c.attrs.get_int("axis", 0);
+    if (axis < 0) axis += rank;
+    if (axis < 0 || axis >= rank - 1) continue;
+    int64_t outer = 1;
+    for (int64_t a = 0; a < axis; ++a) outer *= ot.shape[static_cast<size_t>(a)];
+    if (outer != 1 || outputs.count(out)) continue;
+    const int64_t es = static_cast<int64_t>(dtype_size(ot.dtype));
+    InPlaceConcat joint{out, {}, std::nullopt, -1, 0};
+    std::optional<std::pair<int64_t, int64_t>> bounds;  // the slice's [start, end) of the last axis
+    int64_t width = 0, offset = 0;
+    bool ok = true;
+    for (ValueId in : c.inputs) {
+      ValueId v = in;
+      while (ok && member_set.count(g.value(v).producer) && g.node(g.value(v).producer).op == Op::reshape) {
+        // The reshape keeps the axes up to the concat's, so rows of the piece stay rows of the source.
+        const Shape& to = g.value(v).type.shape;
+        const Shape& from = g.value(g.node(g.value(v).producer).inputs[0]).type.shape;
+        ok = static_cast<int64_t>(from.size()) > axis &&
+             std::equal(to.begin(), to.begin() + axis + 1, from.begin(), from.begin() + axis + 1);
+        v = g.node(g.value(v).producer).inputs[0];
+      }
+      const NodeId slice = g.value(v).producer;
+      if (!ok || !member_set.count(slice) || g.node(slice).op != Op::slice) { ok = false; break; }
+      const Node& sn = g.node(slice);
+      const ValueId piece = sn.inputs[0];
+      const Shape& ps = g.value(piece).type.shape;
+      const auto prank = static_cast<int64_t>(ps.size());
+      int64_t sa = sn.attrs.get_int("axis", 0);
+      if (sa < 0) sa += prank;
+      const std::pair<int64_t, int64_t> b{sn.attrs.get_int("start", 0), sn.attrs.get_int("end", 0)};
+      const NodeId producer = g.value(piece).producer;
+      ok = sa == prank - 1 && sn.attrs.get_int("step", 1) == 1 && (!bounds || *bounds == b) &&
+           (width == 0 || ps.back() == width) && producer >= 0 && !member_set.count(producer) &&
+           !inputs.count(piece) && !outputs.count(piece) && !joint.pieces.count(piece) && piece != joint.base &&
+           g.value(piece).type.dtype == ot.dtype && prank > axis;
+      if (!ok) break;
+      bounds = b;
+      width = ps.back();
+      if (joint.base < 0) joint.base = piece;
+      if ((offset * es) % kPitchAlign != 0) { ok = false; break; }
+      if (piece != joint.base) joint.pieces[piece] = AliasOf{joint.base, offset * es};
+      offset += shape_numel(ps);
+    }
+    if (!ok || !bounds) continue;
+    const int64_t row = bounds->second - bounds->first;
+    if ((bounds->first * es) % kPitchAlign != 0 || (width * es) % kPitchAlign != 0) continue;
+    // Every reader of the output: a library call that takes it pitched.
+    bool library = !readers[out].empty();
+    for (const auto& [id, operand] : readers[out]) {
+      const Node& n = g.node(id);
+      std::vector<TensorType> types;
+      for (ValueId v : n.inputs) types.push_back(g.value(v).type);
+      library = library && n.group < 0 && is_library_op(n.op) && backend.supports(n.op, types, n.attrs).ok() &&
+                backend.takes_pitched(n.op, types, n.attrs, operand, row, width);
+    }
+    if (!library) continue;
+    joint.output = AliasOf{joint.base, bounds->first * es, row, width};
+    joint.base_bytes = offset * es;
+    found[u] = std::move(joint);
+  }
+  return found;
+}
+
 }  // namespace
 
 Plan::~Plan() {
@@ -229,10 +328,35 @@ Result<std::unique_ptr<Plan>> Plan::build(Backend& backend, const Graph& graph, 
   const Graph& g = plan->graph_;
   KILN_ASSIGN_OR_RETURN(const std::vector<std::vector<NodeId>> units, ordered_units(g));
   const std::vector<Binding> binding_time = passes::classify_binding_times(g);
-  const std::map<size_t, InPlaceConcat> in_place =
-      options.pitched_windows ? in_place_concats(g, units, backend) : std::map<size_t, InPlaceConcat>{};
+  std::map<size_t, InPlaceConcat> in_place;
+  if (options.pitched_windows) {
+    in_place = in_place_concats(g, units, backend);
+    in_place.merge(joint_windows(g, units, backend));  // a unit found by both keeps the first form
+  }
   std::map<ValueId, AliasOf> piece_windows;
-  for (const auto& [u, c] : in_place) piece_windows.insert(c.pieces.begin(), c.pieces.end());
+  std::map<ValueId, int64_t> storage_bytes;  // buffers that hold more than their own value (joint windows)
+  // Units whose pieces another unit already placed elsewhere, or whose base another unit made a piece, copy.
+  for (auto it = in_place.begin(); it != in_place.end();) {
+    const InPlaceConcat& c = it->second;
+    bool agrees = !piece_windows.count(c.base) && !(storage_bytes.count(c.base) && storage_bytes[c.base] != c.base_bytes);
+    for (const auto& [piece, at] : c.pieces) {
+      auto known = piece_windows.find(piece);
+      agrees = agrees && !storage_bytes.count(piece) &&
+               (known == piece_windows.end() || (known->second.base == at.base && known->second.byte_offset == at.byte_offset &&
+                                                 known->second.pitch == at.pitch && known->second.row == at.row));
+    }
+    if (!agrees) {
+      it = in_place.erase(it);
+      continue;
+    }
+    piece_windows.insert(c.pieces.begin(), c.pieces.end());
+    if (c.base >= 0) storage_bytes[c.base] = c.base_bytes;
+    ++it;
+  }
+  auto bytes_of_storage = [&](ValueId v) {
+    auto it = storage_bytes.find(v);
+    return it != storage_bytes.end() ? it->second : static_cast<int64_t>(type_bytes(g.value(v).type));
+  };
   std::set<ValueId> graph_outputs;
   for (const GraphOutput& o : g.outputs()) graph_outputs.insert(o.value);
   std::vector<std::vector<std::pair<NodeId, int>>> readers(g.values().size());  // (node, operand)
@@ -249,9 +373,14 @@ Result<std::unique_ptr<Plan>> Plan::build(Backend& backend, const Graph& graph, 
     return it == alias_of.end() ? v : it->second.base;
   };
   auto allocate_now = [&](ValueId v) -> Status {
-    KILN_ASSIGN_OR_RETURN(DeviceTensor t, backend.allocate(g.value(v).type));
-    plan->tensors_[v] = t;
+    const TensorType& type = g.value(v).type;
+    const int64_t bytes = bytes_of_storage(v);
+    KILN_ASSIGN_OR_RETURN(DeviceTensor t, backend.allocate(bytes == static_cast<int64_t>(type_bytes(type))
+                                                               ? type
+                                                               : TensorType{type.dtype, {bytes / static_cast<int64_t>(dtype_size(type.dtype))}}));
     plan->owned_.push_back(t);
+    t.type = type;
+    plan->tensors_[v] = t;
     has_storage[v] = true;
     return ok_status();
   };
@@ -309,8 +438,16 @@ Result<std::unique_ptr<Plan>> Plan::build(Backend& backend, const Graph& graph, 
         stage_of[window->second.base] = stage;
       }
     };
-    if (in_place.count(unit)) {  // every piece is already in its window
-      ++plan->summary_.in_place_concats;
+    if (auto it = in_place.find(unit); it != in_place.end()) {  // every piece is already in its window
+      if (it->second.output) {  // the joint form: the output is a window of the first piece's buffer
+        const ValueId out = it->second.concat;
+        alias_of[out] = *it->second.output;
+        has_storage[out] = true;
+        stage_of[out] = stage_of[it->second.base];
+        ++plan->summary_.windows;
+      } else {
+        ++plan->summary_.in_place_concats;
+      }
       continue;
     }
     if (members.size() == 1 && op_has_trait(first.op, kTraitSource)) {
@@ -462,7 +599,7 @@ Result<std::unique_ptr<Plan>> Plan::build(Backend& backend, const Graph& graph, 
       if (it != lives.end()) {
         it->second.last_step = std::max(it->second.last_step, until);
       } else if (options.reuse_memory && !kept.count(v)) {
-        lives[v] = MemoryRequest{static_cast<int64_t>(type_bytes(g.value(v).type)), at, until};
+        lives[v] = MemoryRequest{bytes_of_storage(v), at, until};
         pooled.push_back(v);
       }
     }
@@ -481,7 +618,7 @@ Result<std::unique_ptr<Plan>> Plan::build(Backend& backend, const Graph& graph, 
       const ValueId v = root_of(written);
       if (plan->tensors_.count(v) || lives.count(v)) continue;
       KILN_TRY(allocate_now(v));
-      owned_bytes += static_cast<int64_t>(type_bytes(g.value(v).type));
+      owned_bytes += bytes_of_storage(v);
     }
   }
   if (memory.arena_bytes > 0) {

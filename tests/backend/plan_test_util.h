@@ -74,4 +74,42 @@ inline std::string bitwise_equal(const std::map<std::string, Tensor>& a, const s
   return "";
 }
 
+// Two GEMMs' q/k/v columns joined along tokens for attention (three joint windows), and attention and a GEMM
+// writing the concat the last GEMM reads (an in-place concat): docs/runtime.md's pitched windows, for the CPU
+// and GPU plan tests.
+inline const char* pitched_windows_graph() {
+  return R"(graph g {
+      input %xa: bf16[1,8,64] per_call
+      input %xb: bf16[1,24,64] per_call
+      input %wa: bf16[384,64] weight
+      input %wb: bf16[384,64] weight
+      input %wm: bf16[256,64] weight
+      input %wc: bf16[64,384] weight
+      %a: bf16[1,8,384] = linear(%xa, %wa)
+      %b: bf16[1,24,384] = linear(%xb, %wb)
+      %qa: bf16[1,8,128] = slice(%a) {axis=2, start=0, end=128} @g0
+      %qb: bf16[1,24,128] = slice(%b) {axis=2, start=0, end=128} @g0
+      %ra: bf16[1,8,2,64] = reshape(%qa) {shape=[1,8,2,64]} @g0
+      %rb: bf16[1,24,2,64] = reshape(%qb) {shape=[1,24,2,64]} @g0
+      %q: bf16[1,32,2,64] = concat(%ra, %rb) {axis=1} @g0
+      %ka: bf16[1,8,128] = slice(%a) {axis=2, start=128, end=256} @g1
+      %kb: bf16[1,24,128] = slice(%b) {axis=2, start=128, end=256} @g1
+      %sa: bf16[1,8,2,64] = reshape(%ka) {shape=[1,8,2,64]} @g1
+      %sb: bf16[1,24,2,64] = reshape(%kb) {shape=[1,24,2,64]} @g1
+      %k: bf16[1,32,2,64] = concat(%sa, %sb) {axis=1} @g1
+      %va: bf16[1,8,128] = slice(%a) {axis=2, start=256, end=384} @g2
+      %vb: bf16[1,24,128] = slice(%b) {axis=2, start=256, end=384} @g2
+      %ta: bf16[1,8,2,64] = reshape(%va) {shape=[1,8,2,64]} @g2
+      %tb: bf16[1,24,2,64] = reshape(%vb) {shape=[1,24,2,64]} @g2
+      %v: bf16[1,32,2,64] = concat(%ta, %tb) {axis=1} @g2
+      %o: bf16[1,32,2,64] = attention(%q, %k, %v) {q_layout="bshd", k_layout="bshd", v_layout="bshd", out_layout="bshd", scale=0.125}
+      %x: bf16[1,32,64] = concat(%xa, %xb) {axis=1} @g3
+      %m: bf16[1,32,256] = linear(%x, %wm)
+      %or: bf16[1,32,128] = reshape(%o) {shape=[1,32,128]} @g4
+      %c: bf16[1,32,384] = concat(%or, %m) {axis=-1} @g4
+      %y: bf16[1,32,64] = linear(%c, %wc)
+      output y = %y
+    })";
+}
+
 }  // namespace kiln::testing
