@@ -1,5 +1,7 @@
 #include "passes/graph_copier.h"
 
+#include <cstdio>
+
 namespace kiln::passes {
 
 GraphCopier::GraphCopier(const Graph& source) : source_(source), map_(source.values().size(), -1) {
@@ -31,6 +33,22 @@ void GraphCopier::copy_node(NodeId id) {
   }
   for (size_t i = 0; i < node.outputs.size(); ++i) map_[node.outputs[i]] = (*outputs)[i];
   target_.set_node_group(static_cast<NodeId>(target_.nodes().size()) - 1, node.group);
+}
+
+std::vector<ValueId> GraphCopier::add(const char* pass, Op op, std::vector<ValueId> inputs, Attrs attrs,
+                                      std::vector<std::string> names) {
+  auto out = target_.add_node(op, std::move(inputs), std::move(attrs), std::move(names));
+  if (!out.ok()) {
+    std::fprintf(stderr, "kiln: internal error in %s: %s\n", pass, out.error().message.c_str());
+    KILN_CHECK(out.ok());
+  }
+  return *out;
+}
+
+std::string GraphCopier::fresh_name(const std::string& stem) const {
+  std::string name = stem;
+  for (int i = 1; source_.find_value(name) || target_.find_value(name); ++i) name = stem + "." + std::to_string(i);
+  return name;
 }
 
 Graph GraphCopier::finish() {

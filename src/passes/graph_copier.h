@@ -2,6 +2,7 @@
 // replace or insert nodes without mutating their input.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "ir/graph.h"
@@ -23,6 +24,13 @@ class GraphCopier {
 
   // Copies a source node with its inputs remapped and its output names and group kept; maps its outputs.
   void copy_node(NodeId id);
+  // Adds a new node to the target (a pass's own node, of target values); a node that does not verify is an
+  // internal error of `pass`, which stops the program.
+  std::vector<ValueId> add(const char* pass, Op op, std::vector<ValueId> inputs, Attrs attrs,
+                           std::vector<std::string> names);
+  // `stem`, or `stem.N`: a name used by no source value (those are copied later under their own names) and
+  // no target value.
+  std::string fresh_name(const std::string& stem) const;
   // Copies the graph outputs (remapped) and returns the finished graph.
   Graph finish();
 

@@ -1,6 +1,5 @@
 #include "passes/merge_gemms.h"
 
-#include <cstdio>
 #include <map>
 #include <optional>
 #include <string>
@@ -214,22 +213,9 @@ class GroupEmitter {
   }
 
   std::vector<ValueId> add_checked(Op op, std::vector<ValueId> inputs, Attrs attrs, std::vector<std::string> names) {
-    auto out = copier_.target().add_node(op, std::move(inputs), std::move(attrs), std::move(names));
-    if (!out.ok()) {
-      std::fprintf(stderr, "kiln: internal error in merge_parallel_gemms: %s\n", out.error().message.c_str());
-      KILN_CHECK(out.ok());
-    }
-    return *out;
+    return copier_.add("merge_parallel_gemms", op, std::move(inputs), std::move(attrs), std::move(names));
   }
-
-  // A name used by no source value (those are copied later under their own names) and no target value.
-  std::string fresh_name(const std::string& stem) {
-    std::string name = stem;
-    for (int i = 1; source_.find_value(name) || copier_.target().find_value(name); ++i) {
-      name = stem + "." + std::to_string(i);
-    }
-    return name;
-  }
+  std::string fresh_name(const std::string& stem) const { return copier_.fresh_name(stem); }
 
   const Graph& source_;
   const std::vector<Binding>& times_;

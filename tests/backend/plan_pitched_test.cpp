@@ -124,46 +124,9 @@ TEST(PlanPitched, APieceWithAnotherReaderIsCopied) {
   expect_same_outputs(g, *plan, *copied);
 }
 
-// FLUX's double block joins the text and image v columns along tokens for attention: with the two q/k/v GEMM
-// outputs one after another in one buffer, that concat is a column window of it. Here q, k and v all are; the
-// GEMM outputs are also read densely by another step (FLUX's q/k norm kernels).
-TEST(PlanPitched, JointColumnsOfTwoGemmsAreOneWindow) {
-  const Graph g = parse(R"(graph g {
-      input %xa: f32[1,8,16] per_call
-      input %xb: f32[1,16,16] per_call
-      input %wa: f32[48,16] weight
-      input %wb: f32[48,16] weight
-      %a: f32[1,8,48] = linear(%xa, %wa)
-      %b: f32[1,16,48] = linear(%xb, %wb)
-      %qa: f32[1,8,16] = slice(%a) {axis=2, start=0, end=16} @g0
-      %qb: f32[1,16,16] = slice(%b) {axis=2, start=0, end=16} @g0
-      %ra: f32[1,8,2,8] = reshape(%qa) {shape=[1,8,2,8]} @g0
-      %rb: f32[1,16,2,8] = reshape(%qb) {shape=[1,16,2,8]} @g0
-      %q: f32[1,24,2,8] = concat(%ra, %rb) {axis=1} @g0
-      %ka: f32[1,8,16] = slice(%a) {axis=2, start=16, end=32} @g1
-      %kb: f32[1,16,16] = slice(%b) {axis=2, start=16, end=32} @g1
-      %sa: f32[1,8,2,8] = reshape(%ka) {shape=[1,8,2,8]} @g1
-      %sb: f32[1,16,2,8] = reshape(%kb) {shape=[1,16,2,8]} @g1
-      %k: f32[1,24,2,8] = concat(%sa, %sb) {axis=1} @g1
-      %va: f32[1,8,16] = slice(%a) {axis=2, start=32, end=48} @g2
-      %vb: f32[1,16,16] = slice(%b) {axis=2, start=32, end=48} @g2
-      %ta: f32[1,8,2,8] = reshape(%va) {shape=[1,8,2,8]} @g2
-      %tb: f32[1,16,2,8] = reshape(%vb) {shape=[1,16,2,8]} @g2
-      %v: f32[1,24,2,8] = concat(%ta, %tb) {axis=1} @g2
-      %o: f32[1,24,2,8] = attention(%q, %k, %v) {q_layout="bshd", k_layout="bshd", v_layout="bshd", out_layout="bshd"}
-      %e: f32[1,16,48] = exp(%b) @g3
-      output o = %o
-      output e = %e
-    })");
-  auto pitched = build(g, true);
-  auto copied = build(g, false);
-  EXPECT_EQ(pitched->summary().windows, 3);
-  EXPECT_EQ(pitched->summary().kernels, 1);  // the exp
-  EXPECT_EQ(copied->summary().kernels, 4);
-  expect_same_outputs(g, *pitched, *copied);
-}
-
-// The GPU suite's graph (GpuPlan.PitchedWindowsMatchTheReference) on the CPU.
+// The GPU suite's graph (GpuPlan.PitchedWindowsMatchTheReference) on the CPU: FLUX's double block joins the
+// text and image v columns along tokens; with both GEMM outputs one after another in one buffer, that concat is
+// a column window of it. Here q, k and v all are, and attention and a GEMM write the last GEMM's input in place.
 TEST(PlanPitched, WindowsAndInPlaceConcatOfTheGpuTest) {
   const Graph g = parse(testing::pitched_windows_graph());
   auto pitched = build(g, true);
