@@ -23,6 +23,25 @@ bool is_library_op(Op op) {
          op == Op::pack_scales;
 }
 
+Graph with_step_outputs(const Graph& g) {
+  Graph out = g;
+  std::vector<std::vector<NodeId>> readers(g.values().size());
+  for (NodeId id = 0; id < static_cast<NodeId>(g.nodes().size()); ++id) {
+    for (ValueId v : g.node(id).inputs) readers[v].push_back(id);
+  }
+  std::set<ValueId> outputs;
+  for (const GraphOutput& o : g.outputs()) outputs.insert(o.value);
+  for (const Node& n : g.nodes()) {
+    if (op_has_trait(n.op, kTraitSource) || op_has_trait(n.op, kTraitView)) continue;
+    for (ValueId v : n.outputs) {
+      bool leaves = n.group < 0;
+      for (NodeId r : readers[v]) leaves = leaves || g.node(r).group != n.group;
+      if (leaves && !outputs.count(v)) KILN_CHECK(out.add_output("step:" + g.value(v).name, v).ok());
+    }
+  }
+  return out;
+}
+
 namespace {
 
 uint64_t fnv1a(uint64_t h, const void* data, size_t n) {

@@ -32,6 +32,12 @@ namespace kiln::backend {
 // pack_scales) rather than as a generated kernel; the tuner (tune/task.h) splits work the same way.
 bool is_library_op(Op op);
 
+// The optimized graph with every value a step writes (a library call's output, a fused group's value read
+// outside the group) as an extra output `step:NAME`, in node order: where a plan first departs from the
+// reference (`kiln run --compare-steps`). Groups keep their members, so a plan runs the same kernels, now also
+// storing those values (windows and concats in place whose pieces become outputs are copied instead).
+Graph with_step_outputs(const Graph& optimized);
+
 struct PlanOptions {
   // Schedules by kernel hash (kernel::kernel_hash), e.g. a tuner's winners; other kernels take
   // kernel::default_schedule.

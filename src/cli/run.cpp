@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
@@ -40,8 +41,11 @@ struct RunArgs {
   bool model_given = false;
   std::string schedules_file;  // a `kiln tune -o` result; empty: default schedules
   int lanes = 1;               // backend::PlanOptions::lanes
+  bool compare_steps = false;  // every value a step writes becomes an output, compared with the reference
   ModelSourceOptions source;
 };
+
+
 
 uint64_t fnv1a(const std::byte* data, size_t n) {
   uint64_t h = 0xcbf29ce484222325ull;
@@ -124,6 +128,7 @@ Result<nlohmann::json> run_on_backend(BackendRun& run, const RunArgs& args, cons
     }
     tuned_kernels = plan_options.schedules.size();
     plan_options.lanes = args.lanes;
+    if (args.compare_steps) optimized.graph = backend::with_step_outputs(optimized.graph);
     KILN_ASSIGN_OR_RETURN(run.plan, backend::Plan::build(*backend, optimized.graph, plan_options));
   }
   backend::Plan* plan = run.plan.get();
@@ -164,6 +169,14 @@ Result<nlohmann::json> run_on_backend(BackendRun& run, const RunArgs& args, cons
                          {"baseline_ratio_vs_optimized", vs_optimized.stats.baseline_ratio()},
                          {"within_policy", vs_optimized.kind == harness::Mismatch::none},
                          {"detail", vs_optimized.describe()}};
+  }
+  // --compare-steps: each step's value against the reference of the optimized graph, in node order.
+  for (const GraphOutput& o : plan->graph().outputs()) {
+    if (reference.count(o.name)) continue;
+    const harness::Comparison c = harness::compare_output(optimized_reference.at(o.name), outputs.at(o.name), {}, false, k);
+    j["steps"].push_back({{"name", o.name.substr(5)}, {"max_error", c.stats.max_abs_error},
+                          {"baseline_ratio", c.stats.baseline_ratio()}, {"within_policy", c.kind == harness::Mismatch::none},
+                          {"detail", c.describe()}});
   }
   return j;
 }
@@ -314,6 +327,13 @@ int run(RunArgs args) {
                  o["baseline_ratio_vs_optimized"].get<double>(), o["within_policy"].get<bool>() ? "ok" : "MISMATCH");
     }
     for (const auto& note : b["notes"]) fmt::print("  note: {}\n", note.get<std::string>());
+    if (b.contains("steps")) {
+      for (const auto& st : b["steps"]) {
+        fmt::print("  step %{:<40} max error {:.3g} ({:.2f}x baseline): {}\n", st["name"].get<std::string>(),
+                   st["max_error"].get<double>(), st["baseline_ratio"].get<double>(),
+                   st["within_policy"].get<bool>() ? "ok" : st["detail"].get<std::string>());
+      }
+    }
   }
   for (const auto& [name, s] : result["outputs"].items()) {
     fmt::print("output {:<10} {}{}  min {:.6g}  max {:.6g}  mean {:.6g}  std {:.6g}  nan {}  inf {}  checksum {}\n",
@@ -348,6 +368,9 @@ void add_run_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--lanes", args->lanes,
                   "with --backend: let the plan's steps spread over this many of the backend's lanes (CUDA: 2 "
                   "streams; the CPU has 1), docs/runtime.md");
+  cmd->add_flag("--compare-steps", args->compare_steps,
+               "with --backend: also store every value a step writes and compare each with the reference of the "
+               "optimized graph, in order (where a plan first departs from it)");
   cmd->add_option("--save-plan", args->save_plan, "with --backend: save the plan as an artifact (JSON) to this file");
   cmd->add_option("--plan", args->plan,
                   "with --backend: run this saved plan (its model, inputs seeded as usual) instead of optimizing MODEL");

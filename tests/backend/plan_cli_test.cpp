@@ -4,11 +4,14 @@
 
 #include "../kiln_command.h"
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 namespace {
 
@@ -70,3 +73,30 @@ TEST(PlanCli, WorkloadBucketPicksTheModel) {
 }
 
 }  // namespace
+
+namespace kiln {
+namespace {
+
+// --compare-steps stores and compares every value a step writes, in node order: on the CPU every step of the
+// tiny single block is within the policy, and the windows the extra outputs would break are copied instead.
+TEST(PlanCli, CompareStepsListsEveryStepInOrder) {
+  const kiln::testing::CommandResult r = kiln::testing::run_kiln("run zoo:flux1-single-block:tiny --backend cpu --compare-steps --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  const auto& steps = j["backend"]["steps"];
+  ASSERT_GE(steps.size(), 8u) << r.out;
+  EXPECT_EQ(steps[0]["name"], "silu") << r.out;
+  std::vector<std::string> names;
+  for (const auto& s : steps) {
+    names.push_back(s["name"].get<std::string>());
+    EXPECT_TRUE(s["within_policy"].get<bool>()) << s.dump();
+  }
+  // attention comes after the q/k/v GEMM (%split) and before linear2 reads it through the concat.
+  const auto at = [&](const std::string& n) { return std::find(names.begin(), names.end(), n) - names.begin(); };
+  EXPECT_LT(at("split"), at("attention")) << r.out;
+  EXPECT_LT(at("attention"), static_cast<std::ptrdiff_t>(names.size())) << r.out;
+  EXPECT_EQ(j["backend"]["in_place_concats"], 0) << r.out;  // attention's output is a step output now
+}
+
+}  // namespace
+}  // namespace kiln

@@ -74,6 +74,27 @@ TEST(GpuBackend, EveryZooFusedGroupMatchesTheReference) {
   EXPECT_GT(groups, 30);
 }
 
+// Where a failing plan first departs from the reference: every step's value stored and compared (normal
+// inputs, as check_plan_on draws them), the first few over the policy listed in node order.
+std::string first_departing_steps(backend::Backend& gpu, const Graph& optimized, int64_t k) {
+  const Graph g = backend::with_step_outputs(optimized);
+  auto plan = backend::Plan::build(gpu, g);
+  if (!plan.ok()) return "(steps: " + plan.error().message + ")";
+  const auto inputs = testing::draw_graph_inputs(g, harness::Distribution::normal, 1234);
+  auto want = ref::run_graph(g, inputs);
+  auto got = (*plan)->run(inputs);
+  if (!want.ok() || !got.ok()) return "(steps: a run failed)";
+  std::string out;
+  int listed = 0;
+  for (const GraphOutput& o : g.outputs()) {
+    const harness::Comparison c = harness::compare_output(want->at(o.name), got->at(o.name), {}, false, k);
+    if (c.kind == harness::Mismatch::none) continue;
+    out += "  " + o.name + ": " + c.describe() + "\n";
+    if (++listed == 6) break;
+  }
+  return out.empty() ? "(every step within policy on its own)" : "first steps over the policy:\n" + out;
+}
+
 // Whole models: generated kernels, cuBLASLt and cuDNN together, against the reference of the optimized graph.
 TEST(GpuBackend, ZooModelsRunAsFusedPlans) {
   KILN_REQUIRE_CUDA_BACKEND();
@@ -91,7 +112,7 @@ TEST(GpuBackend, ZooModelsRunAsFusedPlans) {
           k = std::max(k, optimized->graph.value(v).type.shape.back());
     int fallbacks = 0;
     const std::string failure = testing::check_plan_on(*gpu, optimized->graph, optimized->graph, false, k, {}, &fallbacks);
-    EXPECT_EQ(failure, "") << spec;
+    EXPECT_EQ(failure, "") << spec << "\n" << (failure.empty() ? "" : first_departing_steps(*gpu, optimized->graph, k));
     std::printf("  %s: %s (%d reference fallbacks)\n", spec.c_str(), failure.empty() ? "within policy" : failure.c_str(),
                 fallbacks);
   }
