@@ -134,9 +134,9 @@ struct InPlaceConcat {
 
 // Which concat groups among `units` can be written in place on `backend`: the group is a concat along the
 // last axis (reshapes of its inputs may ride along), every input is the one output of a library op read by
-// nothing else, and the backend writes each op's output pitched.
+// nothing else, computed in the concat's stage, and the backend writes each op's output pitched.
 std::map<size_t, InPlaceConcat> in_place_concats(const Graph& g, const std::vector<std::vector<NodeId>>& units,
-                                                 const Backend& backend) {
+                                                 const std::vector<Binding>& binding, const Backend& backend) {
   std::vector<std::vector<NodeId>> readers(g.values().size());
   for (NodeId id = 0; id < static_cast<NodeId>(g.nodes().size()); ++id) {
     for (ValueId v : g.node(id).inputs) readers[v].push_back(id);
@@ -177,7 +177,7 @@ std::map<size_t, InPlaceConcat> in_place_concats(const Graph& g, const std::vect
       const NodeId producer = g.value(piece).producer;
       ok = ok && !member_set.count(producer) && producer >= 0 && readers[piece].size() == 1 &&
            member_set.count(readers[piece][0]) && !outputs.count(piece) && !plan.pieces.count(piece) &&
-           (column * es) % kPitchAlign == 0;
+           (column * es) % kPitchAlign == 0 && binding[piece] == binding[plan.concat];
       if (ok) {
         const Node& p = g.node(producer);
         std::vector<TensorType> types;
@@ -198,10 +198,11 @@ std::map<size_t, InPlaceConcat> in_place_concats(const Graph& g, const std::vect
 // the v columns of the text and image q/k/v GEMMs, joined along tokens for attention): when those outputs lie one
 // after another in one buffer, the concat is a window of it. Found when the group is slices of the last axis
 // with equal bounds, reshapes that keep the axes up to the concat's, and the concat; the outputs are whole
-// tensors before the concat axis (everything before it has extent 1), produced by steps, read as dense tensors
-// by anyone; and the group's output is read only by library calls that take it pitched.
+// tensors before the concat axis (everything before it has extent 1), produced by steps of the concat's stage
+// (not sources), read as dense tensors by anyone; and the group's output is read only by library calls that
+// take it pitched.
 std::map<size_t, InPlaceConcat> joint_windows(const Graph& g, const std::vector<std::vector<NodeId>>& units,
-                                              const Backend& backend) {
+                                              const std::vector<Binding>& binding, const Backend& backend) {
   std::vector<std::vector<std::pair<NodeId, int>>> readers(g.values().size());
   for (NodeId id = 0; id < static_cast<NodeId>(g.nodes().size()); ++id) {
     for (size_t i = 0; i < g.node(id).inputs.size(); ++i) readers[g.node(id).inputs[i]].push_back({id, static_cast<int>(i)});
@@ -257,6 +258,7 @@ std::map<size_t, InPlaceConcat> joint_windows(const Graph& g, const std::vector<
       const NodeId producer = g.value(piece).producer;
       ok = sa == prank - 1 && sn.attrs.get_int("step", 1) == 1 && (!bounds || *bounds == b) &&
            (width == 0 || ps.back() == width) && producer >= 0 && !member_set.count(producer) &&
+           !op_has_trait(g.node(producer).op, kTraitSource) && binding[piece] == binding[out] &&
            !inputs.count(piece) && !outputs.count(piece) && !joint.pieces.count(piece) && piece != joint.base &&
            g.value(piece).type.dtype == ot.dtype && prank > axis;
       if (!ok) break;
@@ -349,8 +351,8 @@ Result<std::unique_ptr<Plan>> Plan::build(Backend& backend, const Graph& graph, 
   const std::vector<Binding> binding_time = passes::classify_binding_times(g);
   std::map<size_t, InPlaceConcat> in_place;
   if (options.pitched_windows) {
-    in_place = in_place_concats(g, units, backend);
-    in_place.merge(joint_windows(g, units, backend));  // a unit found by both keeps the first form
+    in_place = in_place_concats(g, units, binding_time, backend);
+    in_place.merge(joint_windows(g, units, binding_time, backend));  // a unit found by both keeps the first form
   }
   std::map<ValueId, AliasOf> piece_windows;
   std::map<ValueId, int64_t> storage_bytes;  // buffers that hold more than their own value (joint windows)

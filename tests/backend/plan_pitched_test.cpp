@@ -137,6 +137,30 @@ TEST(PlanPitched, WindowsAndInPlaceConcatOfTheGpuTest) {
   expect_same_outputs(g, *pitched, *copied);
 }
 
+// A piece computed at load time (its GEMM reads only weights) cannot live in a per-call buffer: no window.
+TEST(PlanPitched, APieceOfAnotherStageIsCopied) {
+  const Graph g = parse(R"(graph g {
+      input %xa: bf16[1,8,64] weight
+      input %xb: bf16[1,24,64] per_call
+      input %wa: bf16[128,64] weight
+      input %wb: bf16[128,64] weight
+      %a: bf16[1,8,128] = linear(%xa, %wa)
+      %b: bf16[1,24,128] = linear(%xb, %wb)
+      %va: bf16[1,8,64] = slice(%a) {axis=2, start=64, end=128} @g0
+      %vb: bf16[1,24,64] = slice(%b) {axis=2, start=64, end=128} @g0
+      %ra: bf16[1,8,1,64] = reshape(%va) {shape=[1,8,1,64]} @g0
+      %rb: bf16[1,24,1,64] = reshape(%vb) {shape=[1,24,1,64]} @g0
+      %v: bf16[1,32,1,64] = concat(%ra, %rb) {axis=1} @g0
+      %o: bf16[1,32,1,64] = attention(%v, %v, %v) {q_layout="bshd", k_layout="bshd", v_layout="bshd", out_layout="bshd"}
+      output o = %o
+    })");
+  auto plan = build(g, true);
+  EXPECT_EQ(plan->summary().windows, 0);
+  EXPECT_EQ(plan->summary().kernels, 1);
+  auto copied = build(g, false);
+  expect_same_outputs(g, *plan, *copied);
+}
+
 // FLUX's single-stream block: attention and the MLP GEMM (bias + GELU epilogue) write linear2's input in
 // place, and attention reads v as a column window of the q/k/v GEMM's output.
 TEST(PlanPitched, FluxSingleBlockWritesLinear2sInputInPlace) {
