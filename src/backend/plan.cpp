@@ -23,25 +23,6 @@ bool is_library_op(Op op) {
          op == Op::pack_scales;
 }
 
-Graph with_step_outputs(const Graph& g) {
-  Graph out = g;
-  std::vector<std::vector<NodeId>> readers(g.values().size());
-  for (NodeId id = 0; id < static_cast<NodeId>(g.nodes().size()); ++id) {
-    for (ValueId v : g.node(id).inputs) readers[v].push_back(id);
-  }
-  std::set<ValueId> outputs;
-  for (const GraphOutput& o : g.outputs()) outputs.insert(o.value);
-  for (const Node& n : g.nodes()) {
-    if (op_has_trait(n.op, kTraitSource) || op_has_trait(n.op, kTraitView)) continue;
-    for (ValueId v : n.outputs) {
-      bool leaves = n.group < 0;
-      for (NodeId r : readers[v]) leaves = leaves || g.node(r).group != n.group;
-      if (leaves && !outputs.count(v)) KILN_CHECK(out.add_output("step:" + g.value(v).name, v).ok());
-    }
-  }
-  return out;
-}
-
 namespace {
 
 uint64_t fnv1a(uint64_t h, const void* data, size_t n) {
@@ -115,9 +96,59 @@ struct AliasOf {
   ValueId base;
   int64_t byte_offset;
   int64_t row = 0, pitch = 0;
+  bool operator==(const AliasOf&) const = default;
 };
 
 constexpr int64_t kPitchAlign = 16;  // bytes: where a pitched window may start and how its rows may be spaced
+
+// Who reads each value (node and operand index), and which values are graph inputs and outputs.
+struct ValueUses {
+  std::vector<std::vector<std::pair<NodeId, int>>> readers;
+  std::set<ValueId> inputs, outputs;
+
+  explicit ValueUses(const Graph& g) : readers(g.values().size()) {
+    for (NodeId id = 0; id < static_cast<NodeId>(g.nodes().size()); ++id) {
+      for (size_t i = 0; i < g.node(id).inputs.size(); ++i) readers[g.node(id).inputs[i]].push_back({id, static_cast<int>(i)});
+    }
+    for (const GraphInput& in : g.inputs()) inputs.insert(in.value);
+    for (const GraphOutput& o : g.outputs()) outputs.insert(o.value);
+  }
+};
+
+// Whether node `id` is a library call the backend runs with operand `operand` (an input, or -1: the output)
+// pitched in rows of `row` elements `pitch` apart.
+bool library_takes_pitched(const Graph& g, const Backend& backend, NodeId id, int operand, int64_t row, int64_t pitch) {
+  const Node& n = g.node(id);
+  std::vector<TensorType> types;
+  for (ValueId v : n.inputs) types.push_back(g.value(v).type);
+  return n.group < 0 && is_library_op(n.op) && backend.supports(n.op, types, n.attrs).ok() &&
+         backend.takes_pitched(n.op, types, n.attrs, operand, row, pitch);
+}
+
+// Whether every reader of `v` is a library call that takes it pitched (a column window read in place).
+bool read_pitched_by_library(const Graph& g, const ValueUses& uses, const Backend& backend, ValueId v, int64_t row,
+                             int64_t pitch) {
+  if (uses.outputs.count(v) || uses.readers[v].empty()) return false;
+  for (const auto& [id, operand] : uses.readers[v]) {
+    if (!library_takes_pitched(g, backend, id, operand, row, pitch)) return false;
+  }
+  return true;
+}
+
+// The one concat of a views-only unit whose other members are reshapes (and slices, where `slices`); -1 else.
+NodeId lone_concat(const Graph& g, const std::vector<NodeId>& members, bool slices) {
+  NodeId concat = -1;
+  for (NodeId m : members) {
+    const Op op = g.node(m).op;
+    if (op == Op::concat) {
+      if (concat >= 0) return -1;
+      concat = m;
+    } else if (op != Op::reshape && !(slices && op == Op::slice)) {
+      return -1;
+    }
+  }
+  return concat;
+}
 
 // A concat along the last axis whose pieces the library ops that produce them write in place, into their
 // column windows of the concat's buffer (FLUX's single block: attention and the MLP GEMM into linear2's input).
@@ -136,25 +167,14 @@ struct InPlaceConcat {
 // last axis (reshapes of its inputs may ride along), every input is the one output of a library op read by
 // nothing else, computed in the concat's stage, and the backend writes each op's output pitched.
 std::map<size_t, InPlaceConcat> in_place_concats(const Graph& g, const std::vector<std::vector<NodeId>>& units,
-                                                 const std::vector<Binding>& binding, const Backend& backend) {
-  std::vector<std::vector<NodeId>> readers(g.values().size());
-  for (NodeId id = 0; id < static_cast<NodeId>(g.nodes().size()); ++id) {
-    for (ValueId v : g.node(id).inputs) readers[v].push_back(id);
-  }
-  std::set<ValueId> outputs;
-  for (const GraphOutput& o : g.outputs()) outputs.insert(o.value);
+                                                 const ValueUses& uses, const std::vector<Binding>& binding,
+                                                 const Backend& backend) {
   std::map<size_t, InPlaceConcat> found;
   for (size_t u = 0; u < units.size(); ++u) {
     const std::vector<NodeId>& members = units[u];
     std::set<NodeId> member_set(members.begin(), members.end());
-    NodeId concat = -1;
-    bool views = true;
-    for (NodeId m : members) {
-      const Op op = g.node(m).op;
-      if (op == Op::concat) concat = concat < 0 ? m : -2;
-      views = views && (op == Op::concat || op == Op::reshape);
-    }
-    if (!views || concat < 0) continue;
+    const NodeId concat = lone_concat(g, members, false);
+    if (concat < 0) continue;
     const Node& c = g.node(concat);
     const TensorType& ct = g.value(c.outputs[0]).type;
     const auto rank = static_cast<int64_t>(ct.shape.size());
@@ -170,21 +190,15 @@ std::map<size_t, InPlaceConcat> in_place_concats(const Graph& g, const std::vect
       ValueId piece = in;
       while (member_set.count(g.value(piece).producer) && g.node(g.value(piece).producer).op == Op::reshape) {
         const ValueId before = g.node(g.value(piece).producer).inputs[0];
-        ok = ok && readers[piece].size() == 1;
+        ok = ok && uses.readers[piece].size() == 1;
         piece = before;
       }
       const int64_t piece_width = g.value(in).type.shape.back();
       const NodeId producer = g.value(piece).producer;
-      ok = ok && !member_set.count(producer) && producer >= 0 && readers[piece].size() == 1 &&
-           member_set.count(readers[piece][0]) && !outputs.count(piece) && !plan.pieces.count(piece) &&
-           (column * es) % kPitchAlign == 0 && binding[piece] == binding[plan.concat];
-      if (ok) {
-        const Node& p = g.node(producer);
-        std::vector<TensorType> types;
-        for (ValueId v : p.inputs) types.push_back(g.value(v).type);
-        ok = p.group < 0 && is_library_op(p.op) && p.outputs.size() == 1 && backend.supports(p.op, types, p.attrs).ok() &&
-             backend.takes_pitched(p.op, types, p.attrs, -1, piece_width, width);
-      }
+      ok = ok && !member_set.count(producer) && producer >= 0 && uses.readers[piece].size() == 1 &&
+           member_set.count(uses.readers[piece][0].first) && !uses.outputs.count(piece) && !plan.pieces.count(piece) &&
+           (column * es) % kPitchAlign == 0 && binding[piece] == binding[plan.concat] &&
+           g.node(producer).outputs.size() == 1 && library_takes_pitched(g, backend, producer, -1, piece_width, width);
       if (!ok) break;
       plan.pieces[piece] = AliasOf{plan.concat, column * es, piece_width, width};
       column += piece_width;
@@ -202,25 +216,13 @@ std::map<size_t, InPlaceConcat> in_place_concats(const Graph& g, const std::vect
 // (not sources), read as dense tensors by anyone; and the group's output is read only by library calls that
 // take it pitched.
 std::map<size_t, InPlaceConcat> joint_windows(const Graph& g, const std::vector<std::vector<NodeId>>& units,
-                                              const std::vector<Binding>& binding, const Backend& backend) {
-  std::vector<std::vector<std::pair<NodeId, int>>> readers(g.values().size());
-  for (NodeId id = 0; id < static_cast<NodeId>(g.nodes().size()); ++id) {
-    for (size_t i = 0; i < g.node(id).inputs.size(); ++i) readers[g.node(id).inputs[i]].push_back({id, static_cast<int>(i)});
-  }
-  std::set<ValueId> outputs, inputs;
-  for (const GraphOutput& o : g.outputs()) outputs.insert(o.value);
-  for (const GraphInput& in : g.inputs()) inputs.insert(in.value);
+                                              const ValueUses& uses, const std::vector<Binding>& binding,
+                                              const Backend& backend) {
   std::map<size_t, InPlaceConcat> found;
   for (size_t u = 0; u < units.size(); ++u) {
     std::set<NodeId> member_set(units[u].begin(), units[u].end());
-    NodeId concat = -1;
-    bool views = true;
-    for (NodeId m : units[u]) {
-      const Op op = g.node(m).op;
-      if (op == Op::concat) concat = concat < 0 ? m : -2;
-      views = views && (op == Op::concat || op == Op::reshape || op == Op::slice);
-    }
-    if (!views || concat < 0) continue;
+    const NodeId concat = lone_concat(g, units[u], true);
+    if (concat < 0) continue;
     const Node& c = g.node(concat);
     const ValueId out = c.outputs[0];
     const TensorType& ot = g.value(out).type;
@@ -230,7 +232,7 @@ std::map<size_t, InPlaceConcat> joint_windows(const Graph& g, const std::vector<
     if (axis < 0 || axis >= rank - 1) continue;
     int64_t outer = 1;
     for (int64_t a = 0; a < axis; ++a) outer *= ot.shape[static_cast<size_t>(a)];
-    if (outer != 1 || outputs.count(out)) continue;
+    if (outer != 1 || uses.outputs.count(out)) continue;
     const int64_t es = static_cast<int64_t>(dtype_size(ot.dtype));
     InPlaceConcat joint{out, {}, std::nullopt, -1, 0};
     std::optional<std::pair<int64_t, int64_t>> bounds;  // the slice's [start, end) of the last axis
@@ -259,7 +261,7 @@ std::map<size_t, InPlaceConcat> joint_windows(const Graph& g, const std::vector<
       ok = sa == prank - 1 && sn.attrs.get_int("step", 1) == 1 && (!bounds || *bounds == b) &&
            (width == 0 || ps.back() == width) && producer >= 0 && !member_set.count(producer) &&
            !op_has_trait(g.node(producer).op, kTraitSource) && binding[piece] == binding[out] &&
-           !inputs.count(piece) && !outputs.count(piece) && !joint.pieces.count(piece) && piece != joint.base &&
+           !uses.inputs.count(piece) && !uses.outputs.count(piece) && !joint.pieces.count(piece) && piece != joint.base &&
            g.value(piece).type.dtype == ot.dtype && prank > axis;
       if (!ok) break;
       bounds = b;
@@ -272,16 +274,7 @@ std::map<size_t, InPlaceConcat> joint_windows(const Graph& g, const std::vector<
     if (!ok || !bounds) continue;
     const int64_t row = bounds->second - bounds->first;
     if ((bounds->first * es) % kPitchAlign != 0 || (width * es) % kPitchAlign != 0) continue;
-    // Every reader of the output: a library call that takes it pitched.
-    bool library = !readers[out].empty();
-    for (const auto& [id, operand] : readers[out]) {
-      const Node& n = g.node(id);
-      std::vector<TensorType> types;
-      for (ValueId v : n.inputs) types.push_back(g.value(v).type);
-      library = library && n.group < 0 && is_library_op(n.op) && backend.supports(n.op, types, n.attrs).ok() &&
-                backend.takes_pitched(n.op, types, n.attrs, operand, row, width);
-    }
-    if (!library) continue;
+    if (!read_pitched_by_library(g, uses, backend, out, row, width)) continue;
     joint.output = AliasOf{joint.base, bounds->first * es, row, width};
     joint.base_bytes = offset * es;
     found[u] = std::move(joint);
@@ -290,6 +283,20 @@ std::map<size_t, InPlaceConcat> joint_windows(const Graph& g, const std::vector<
 }
 
 }  // namespace
+
+Graph with_step_outputs(const Graph& g) {
+  Graph out = g;
+  const ValueUses uses(g);
+  for (const Node& n : g.nodes()) {
+    if (op_has_trait(n.op, kTraitSource) || op_has_trait(n.op, kTraitView)) continue;
+    for (ValueId v : n.outputs) {
+      bool leaves = n.group < 0;
+      for (const auto& [r, operand] : uses.readers[v]) leaves = leaves || g.node(r).group != n.group;
+      if (leaves && !uses.outputs.count(v)) KILN_CHECK(out.add_output("step:" + g.value(v).name, v).ok());
+    }
+  }
+  return out;
+}
 
 Plan::~Plan() {
   for (DeviceTensor& t : owned_) backend_.release(t);
@@ -349,10 +356,11 @@ Result<std::unique_ptr<Plan>> Plan::build(Backend& backend, const Graph& graph, 
   const Graph& g = plan->graph_;
   KILN_ASSIGN_OR_RETURN(const std::vector<std::vector<NodeId>> units, ordered_units(g));
   const std::vector<Binding> binding_time = passes::classify_binding_times(g);
+  const ValueUses uses(g);
   std::map<size_t, InPlaceConcat> in_place;
   if (options.pitched_windows) {
-    in_place = in_place_concats(g, units, binding_time, backend);
-    in_place.merge(joint_windows(g, units, binding_time, backend));  // a unit found by both keeps the first form
+    in_place = in_place_concats(g, units, uses, binding_time, backend);
+    in_place.merge(joint_windows(g, units, uses, binding_time, backend));  // a unit found by both keeps the first form
   }
   std::map<ValueId, AliasOf> piece_windows;
   std::map<ValueId, int64_t> storage_bytes;  // buffers that hold more than their own value (joint windows)
@@ -362,9 +370,7 @@ Result<std::unique_ptr<Plan>> Plan::build(Backend& backend, const Graph& graph, 
     bool agrees = !piece_windows.count(c.base) && !(storage_bytes.count(c.base) && storage_bytes[c.base] != c.base_bytes);
     for (const auto& [piece, at] : c.pieces) {
       auto known = piece_windows.find(piece);
-      agrees = agrees && !storage_bytes.count(piece) &&
-               (known == piece_windows.end() || (known->second.base == at.base && known->second.byte_offset == at.byte_offset &&
-                                                 known->second.pitch == at.pitch && known->second.row == at.row));
+      agrees = agrees && !storage_bytes.count(piece) && (known == piece_windows.end() || known->second == at);
     }
     if (!agrees) {
       it = in_place.erase(it);
@@ -378,12 +384,6 @@ Result<std::unique_ptr<Plan>> Plan::build(Backend& backend, const Graph& graph, 
     auto it = storage_bytes.find(v);
     return it != storage_bytes.end() ? it->second : static_cast<int64_t>(type_bytes(g.value(v).type));
   };
-  std::set<ValueId> graph_outputs;
-  for (const GraphOutput& o : g.outputs()) graph_outputs.insert(o.value);
-  std::vector<std::vector<std::pair<NodeId, int>>> readers(g.values().size());  // (node, operand)
-  for (NodeId id = 0; id < static_cast<NodeId>(g.nodes().size()); ++id) {
-    for (size_t i = 0; i < g.node(id).inputs.size(); ++i) readers[g.node(id).inputs[i]].push_back({id, static_cast<int>(i)});
-  }
 
   // Stage of every value that has storage: graph inputs by binding, step outputs by their step's stage.
   std::vector<Binding> stage_of(g.values().size(), Binding::weight);
@@ -417,18 +417,6 @@ Result<std::unique_ptr<Plan>> Plan::build(Backend& backend, const Graph& graph, 
     std::vector<TensorType> t;
     for (ValueId v : n.inputs) t.push_back(g.value(v).type);
     return t;
-  };
-  // Whether every reader of `v` is a library call that takes it pitched (a column window read in place).
-  auto read_pitched_by_library = [&](ValueId v, int64_t row, int64_t pitch) {
-    if (graph_outputs.count(v) || readers[v].empty()) return false;
-    for (const auto& [id, operand] : readers[v]) {
-      const Node& n = g.node(id);
-      if (n.group >= 0 || !is_library_op(n.op) || !backend.supports(n.op, input_types(n), n.attrs).ok() ||
-          !backend.takes_pitched(n.op, input_types(n), n.attrs, operand, row, pitch)) {
-        return false;
-      }
-    }
-    return true;
   };
   std::vector<Step> steps;  // topological order; sorted into stages below
   for (size_t unit = 0; unit < units.size(); ++unit) {
@@ -533,7 +521,7 @@ Result<std::unique_ptr<Plan>> Plan::build(Backend& backend, const Graph& graph, 
       const AliasOf base = alias_of.count(in) ? alias_of.at(in) : AliasOf{in, 0};
       const int64_t byte_offset = base.byte_offset + window->offset * es;
       if (byte_offset % kPitchAlign == 0 && (window->pitch * es) % kPitchAlign == 0 &&
-          read_pitched_by_library(out, window->row, window->pitch)) {
+          read_pitched_by_library(g, uses, backend, out, window->row, window->pitch)) {
         alias_of[out] = AliasOf{base.base, byte_offset, window->row, window->pitch};
         has_storage[out] = true;
         stage_of[out] = stage_of[base.base];

@@ -229,17 +229,14 @@ class CudaBackend final : public backend::Backend {
 
   Status run_library(Op op, const Attrs& attrs, std::span<const DeviceTensor> inputs,
                      std::span<const DeviceTensor> outputs) override {
+    std::vector<TensorType> types;
+    for (const DeviceTensor& t : inputs) types.push_back(t.type);
     for (size_t i = 0; i < inputs.size() + outputs.size(); ++i) {
       const DeviceTensor& t = i < inputs.size() ? inputs[i] : outputs[i - inputs.size()];
-      if (!t.pitched()) continue;
-      std::vector<TensorType> types;
-      for (const DeviceTensor& in : inputs) types.push_back(in.type);
-      if (!takes_pitched(op, types, attrs, i < inputs.size() ? static_cast<int>(i) : -1, t.row, t.pitch))
+      if (t.pitched() && !takes_pitched(op, types, attrs, i < inputs.size() ? static_cast<int>(i) : -1, t.row, t.pitch))
         return make_error(ErrorCode::unsupported, fmt::format("{}: operand {} cannot be pitched (rows of {}, {} apart)",
                                                               op_name(op), i, t.row, t.pitch));
     }
-    std::vector<TensorType> types;
-    for (const DeviceTensor& t : inputs) types.push_back(t.type);
     KILN_TRY(supports(op, types, attrs));
     auto inferred = infer_node(op, types, attrs);
     if (!inferred.ok()) return inferred.error();

@@ -601,12 +601,10 @@ class KernelWriter {
     return inner >= 0 && s.space[inner] % width == 0;
   }
 
-  // A local array of V elements read or written as whole 16-byte (or smaller) words.
-  std::string vector_copy(const std::string& to, const std::string& from, DType dtype, bool to_global) const {
-    (void)to_global;
-    return vector_copy_n(to, from, dtype, c_.s.vector_width);
-  }
-  std::string vector_copy_n(const std::string& to, const std::string& from, DType dtype, int64_t elements) const {
+  // A local array of `elements` values (the vector width unless given) read or written as whole 16-byte (or
+  // smaller) words.
+  std::string vector_copy(const std::string& to, const std::string& from, DType dtype, int64_t elements = 0) const {
+    if (elements == 0) elements = c_.s.vector_width;
     const int64_t bytes = elements * static_cast<int64_t>(dtype_size(dtype));
     const char* word = bytes >= 16 ? "uint4" : bytes == 8 ? "uint2" : bytes == 4 ? "uint32_t" : bytes == 2 ? "uint16_t" : "uint8_t";
     const int64_t words = bytes >= 16 ? bytes / 16 : 1;
@@ -632,7 +630,7 @@ class KernelWriter {
       if (fresh) {
         ++vec_.arrays;
         vec_.pre += fmt::format("alignas(16) {} {}[{}];\n", storage_type(p.type.dtype), it->second, span);
-        vec_.pre += vector_copy_n(it->second, fmt::format("in{} + {}", e.param, base), p.type.dtype, span);
+        vec_.pre += vector_copy(it->second, fmt::format("in{} + {}", e.param, base), p.type.dtype, span);
       }
       return fmt::format("{}[{}]", it->second,
                          index_to_c(at->within, [&](int v) { return v == lane ? std::string("kiln_vj") : var_name(v); }));
@@ -660,7 +658,7 @@ class KernelWriter {
         if (wide_ && vec_.var >= 0 && !clamp && contiguous_in(e.offset, vec_.var, c_.s.vector_width)) {
           const std::string arr = "kiln_vin" + std::to_string(vec_.arrays++);
           vec_.pre += fmt::format("alignas(16) {} {}[{}];\n", storage_type(p.type.dtype), arr, c_.s.vector_width);
-          vec_.pre += vector_copy(arr, fmt::format("in{} + {}", e.param, idx_at_vector_base(e.offset)), p.type.dtype, false);
+          vec_.pre += vector_copy(arr, fmt::format("in{} + {}", e.param, idx_at_vector_base(e.offset)), p.type.dtype);
           ref = arr + "[kiln_vj]";
         } else if (wide_ && vec_.var >= 0 && !clamp) {
           if (auto spanned = span_load(e)) ref = *spanned;
@@ -924,7 +922,7 @@ class KernelWriter {
       code_ += indent_ + convert_to_storage(s.type.dtype, arr + "[kiln_vj]", value);
       vec_.post += d_.store_guard_open() +
                    vector_copy(fmt::format("out{} + r * {} + {}", s.output, s.local_size, idx_at_vector_base(s.target)), arr,
-                               s.type.dtype, true) +
+                               s.type.dtype) +
                    d_.store_guard_close();
     } else if (!row_store.empty()) {
       code_ += indent_ + fmt::format("kiln_ob{}[{}] = {};\n", i, var_name(s.space_vars[static_cast<size_t>(inner)]), value);

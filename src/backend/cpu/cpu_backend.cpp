@@ -258,9 +258,11 @@ class CpuBackend final : public Backend {
 
   Status run_library_dense(Op op, const Attrs& attrs, std::span<const DeviceTensor> inputs,
                            std::span<const DeviceTensor> outputs) {
-    for (const DeviceTensor& t : inputs) {
-      if (t.pitched() && !takes_pitched(op, {}, attrs, 0, t.row, t.pitch)) {
-        return make_error(ErrorCode::unsupported, fmt::format("{} takes no pitched operand", op_name(op)));
+    for (size_t i = 0; i < inputs.size() + outputs.size(); ++i) {
+      const DeviceTensor& t = i < inputs.size() ? inputs[i] : outputs[i - inputs.size()];
+      if (t.pitched() && !takes_pitched(op, {}, attrs, i < inputs.size() ? static_cast<int>(i) : -1, t.row, t.pitch)) {
+        return make_error(ErrorCode::unsupported, fmt::format("{}: operand {} cannot be pitched (rows of {}, {} apart)",
+                                                              op_name(op), i, t.row, t.pitch));
       }
     }
     std::vector<std::vector<std::byte>> copies;
