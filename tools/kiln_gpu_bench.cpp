@@ -6,7 +6,10 @@
 //     schedule space (each candidate checked against the reference, then timed), its best time against the
 //     copy bandwidth, and the plan rebuilt with the winners, timed as deployed (CUDA graph).
 //   - with --plan SPEC: the model's unfused and fused plans timed (stream and CUDA graph), each generated
-//     kernel printed with its group (kiln_kN is what ncu names it); --fused-only skips the unfused plan.
+//     kernel printed with its group (kiln_kN is what ncu names it); --fused-only skips the unfused plan. The
+//     fused plan's steps are profiled (each alone; memory-bound kernels beside a copy of as many bytes), its
+//     GEMMs' chosen algorithms audited, and with --profile-window one run sits between cuProfilerStart/Stop
+//     (for `ncu --profile-from-start off`: every kernel of one run, as it runs in the plan).
 // Writes JSON (bench/gpu/run.sh keeps it under bench/results/). Benchmarks, not tests.
 #include <fmt/format.h>
 
@@ -33,6 +36,7 @@
 #include "kernel/schedule.h"
 #include "passes/pipeline.h"
 #include "passes/staging.h"
+#include "profile/profile.h"
 #include "tune/measure_on_backend.h"
 #include "tune/task.h"
 
@@ -282,7 +286,59 @@ json bench_attention(const Kernels& k, const DeviceInfo& info, CUstream stream, 
 
 // A zoo model's plan on the CUDA backend, end to end (no CUDA graph yet): kiln's full pipeline against the
 // same graph with fusion turned off (one generated kernel per primitive), both timed with CUDA events.
-json bench_plan(const std::string& spec, int reps, bool fused_only) {
+// What a fused plan's steps take: each step replayed alone (kernel_seconds) and, for memory-bound kernels, a
+// device copy of as many bytes timed the same way (profile/profile.h); the sum of the steps next to the plan's
+// CUDA-graph time; every GEMM's chosen algorithm against the best of its candidates timed again
+// (audit_gemm_choices). With `profile_window`, one more synchronized run of the plan sits between
+// cuProfilerStart and cuProfilerStop, so that `ncu --profile-from-start off` sees exactly one run's kernels.
+json plan_details(backend::Backend& gpu, backend::Plan& plan, double graph_ms, bool profile_window) {
+  json details;
+  auto p = profile::profile_plan(plan, gpu, {2, 5});
+  if (!p.ok()) return details["error"] = p.error().message, details;
+  double kernel_sum = 0;
+  json steps = json::array();
+  for (const profile::StepProfile& sp : p->steps) {
+    kernel_sum += sp.kernel_seconds;
+    steps.push_back({{"label", sp.label}, {"kind", sp.kind}, {"bytes", sp.roofline.bytes}, {"flops", sp.roofline.flops},
+                     {"kernel_seconds", sp.kernel_seconds}, {"copy_seconds", sp.copy_seconds}});
+    if (sp.copy_seconds > 0 && sp.roofline.bytes > 4e6)
+      std::printf("  memory-bound %-44s %6.1f MB  %6.2f us  same-size copy %6.2f us  = %5.1f%% of the copy, %5.1f%% of %.2f TB/s\n",
+                  sp.label.substr(0, 44).c_str(), sp.roofline.bytes / 1e6, sp.kernel_seconds * 1e6, sp.copy_seconds * 1e6,
+                  100 * sp.copy_seconds / sp.kernel_seconds,
+                  100 * sp.roofline.bytes / sp.kernel_seconds / p->device.bandwidth_bytes_per_second,
+                  p->device.bandwidth_bytes_per_second / 1e12);
+  }
+  details["steps"] = steps;
+  details["steps_kernel_seconds_sum"] = kernel_sum;
+  details["cuda_graph_ms"] = graph_ms;
+  std::printf("  steps replayed alone: sum %.4f ms; the plan as a CUDA graph %.4f ms (%.3fx the sum)\n", kernel_sum * 1e3,
+              graph_ms, graph_ms / (kernel_sum * 1e3));
+  json audits = json::array();
+  auto audit = cuda::audit_gemm_choices(gpu, 10);
+  if (!audit.ok()) {
+    details["gemm_audit_error"] = audit.error().message;
+  } else {
+    for (const cuda::GemmAudit& a : *audit) {
+      audits.push_back({{"desc", a.desc}, {"candidates", a.candidates}, {"chosen", a.chosen}, {"best", a.best},
+                        {"candidate_ms", a.candidate_ms}, {"chosen_over_best", a.chosen_over_best()}});
+      std::printf("  GEMM %-70s chosen #%d %.4f ms, best #%d %.4f ms of %d: %.3fx\n", a.desc.substr(0, 70).c_str(), a.chosen,
+                  a.candidate_ms[static_cast<size_t>(a.chosen)], a.best, a.candidate_ms[static_cast<size_t>(a.best)],
+                  a.candidates, a.chosen_over_best());
+    }
+  }
+  details["gemm_audit"] = audits;
+  must(plan.execute());  // the audit overwrote GEMM outputs; the profile window below runs on whole inputs again
+  must(gpu.synchronize());
+  if (profile_window) {
+    must(profiler_start());
+    must(plan.execute());
+    must(gpu.synchronize());
+    must(profiler_stop());
+  }
+  return details;
+}
+
+json bench_plan(const std::string& spec, int reps, bool fused_only, bool profile_window) {
   json row = {{"model", spec}};
   auto model = models::build_zoo_model(spec);
   if (!model.ok()) return row["error"] = model.error().message, row;
@@ -320,10 +376,12 @@ json bench_plan(const std::string& spec, int reps, bool fused_only) {
     std::printf("plan %-44s %-8s %3d kernels %3d library calls %2d fallbacks  stream %.4f ms  CUDA graph %.4f ms%s\n",
                 spec.c_str(), name, s.kernels, s.library_calls, s.fallbacks, timing->median_seconds * 1e3, graph_ms,
                 graph_error.empty() ? "" : (" (" + graph_error + ")").c_str());
-    return json{{"kernels", s.kernels}, {"library_calls", s.library_calls}, {"fallbacks", s.fallbacks},
+    json result{{"kernels", s.kernels}, {"library_calls", s.library_calls}, {"fallbacks", s.fallbacks},
                 {"aliases", s.aliases}, {"compile_seconds", s.compile_seconds},
                 {"median_ms", timing->median_seconds * 1e3}, {"min_ms", timing->min_seconds * 1e3},
                 {"cuda_graph_median_ms", graph_ms}, {"cuda_graph_error", graph_error}};
+    if (std::string(name) == "fused") result["details"] = plan_details(gpu, **plan, graph_ms, profile_window);
+    return result;
   };
   passes::PipelineOptions unfused;
   unfused.disabled = {"fuse-rows", "fold-epilogues"};
@@ -448,7 +506,7 @@ int main(int argc, char** argv) {
   std::string out_path;
   std::vector<std::string> plans, tuned_plans;
   size_t max_candidates = 64;
-  bool quick = false, fused_only = false;
+  bool quick = false, fused_only = false, profile_window = false;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "--out" && i + 1 < argc) out_path = argv[++i];
@@ -457,13 +515,14 @@ int main(int argc, char** argv) {
     else if (arg == "--max-candidates" && i + 1 < argc) max_candidates = std::stoul(argv[++i]);
     else if (arg == "--quick") quick = true;
     else if (arg == "--fused-only") fused_only = true;
+    else if (arg == "--profile-window") profile_window = true;
     else {
-      std::fprintf(stderr, "usage: kiln-gpu-bench --out FILE.json [--quick] [--fused-only] [--plan ZOO_SPEC]... [--tune-plan ZOO_SPEC]... [--max-candidates N]\n");
+      std::fprintf(stderr, "usage: kiln-gpu-bench --out FILE.json [--quick] [--fused-only] [--profile-window] [--plan ZOO_SPEC]... [--tune-plan ZOO_SPEC]... [--max-candidates N]\n");
       return 2;
     }
   }
   if (out_path.empty()) {
-    std::fprintf(stderr, "usage: kiln-gpu-bench --out FILE.json [--quick] [--fused-only] [--plan ZOO_SPEC]... [--tune-plan ZOO_SPEC]... [--max-candidates N]\n");
+    std::fprintf(stderr, "usage: kiln-gpu-bench --out FILE.json [--quick] [--fused-only] [--profile-window] [--plan ZOO_SPEC]... [--tune-plan ZOO_SPEC]... [--max-candidates N]\n");
     return 2;
   }
   Context context = must(Context::open(0));
@@ -526,7 +585,7 @@ int main(int argc, char** argv) {
 
   cuda::register_cuda_backend();
   json plan_rows = json::array();
-  for (const std::string& spec : plans) plan_rows.push_back(bench_plan(spec, reps, fused_only));
+  for (const std::string& spec : plans) plan_rows.push_back(bench_plan(spec, reps, fused_only, profile_window));
   report["plans"] = plan_rows;
   json tuned_rows = json::array();
   const double copy_bytes_per_second = report["bandwidth"]["copy16_kernel_tbps"].get<double>() * 1e12;

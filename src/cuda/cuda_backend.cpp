@@ -427,9 +427,65 @@ class CudaBackend final : public backend::Backend {
         if (ms.ok() && ms->front() < best_ms) best_ms = ms->front(), best = i;
       }
       it = algorithms_.emplace(key, found[best]).first;
+      gemm_choices_.push_back({desc, args, std::move(found), best});
     }
     return blas().run(desc, it->second, args, stream());
   }
+
+ public:
+  // audit_gemm_choices (cuda_backend.h): every chosen shape's candidates timed again, interleaved, `reps` rounds.
+  Result<std::vector<GemmAudit>> audit_gemm_choices(int reps) {
+    KILN_TRY(synchronize());
+    std::vector<GemmAudit> audits;
+    for (const GemmChoice& c : gemm_choices_) {
+      // A choice made for a plan since released has no buffers left to time on.
+      if (!live(c.args.x) || !live(c.args.w) || !live(c.args.y) || (c.args.bias && !live(c.args.bias)) ||
+          (c.args.residual && !live(c.args.residual)) || (c.args.scale && !live(c.args.scale)) ||
+          (c.args.x_scale && !live(c.args.x_scale)) || (c.args.w_scale && !live(c.args.w_scale)))
+        continue;
+      std::vector<std::vector<double>> samples(c.candidates.size());
+      for (int r = 0; r < reps; ++r) {
+        for (size_t i = 0; i < c.candidates.size(); ++i) {
+          KILN_ASSIGN_OR_RETURN(std::vector<double> ms, blas_.benchmark(c.desc, {c.candidates[i]}, {c.args}, stream_.handle(), 3));
+          samples[i].push_back(ms.front());
+        }
+      }
+      GemmAudit a{.desc = c.desc.str(), .candidates = static_cast<int>(c.candidates.size()), .chosen = static_cast<int>(c.chosen)};
+      a.flops = 2.0 * static_cast<double>(c.desc.m) * static_cast<double>(c.desc.n) * static_cast<double>(c.desc.k);
+      for (size_t i = 0; i < samples.size(); ++i) {
+        std::sort(samples[i].begin(), samples[i].end());
+        a.candidate_ms.push_back(samples[i][samples[i].size() / 2]);
+      }
+      a.best = static_cast<int>(std::min_element(a.candidate_ms.begin(), a.candidate_ms.end()) - a.candidate_ms.begin());
+      audits.push_back(std::move(a));
+    }
+    return audits;
+  }
+
+ private:
+  // Whether `p` lies in a buffer this backend allocated and has not released (scale vectors and workspace
+  // count: the backend owns them for its lifetime).
+  bool live(const void* p) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = buffers_.upper_bound(const_cast<void*>(p));
+    if (it != buffers_.begin()) {
+      --it;
+      const char* base = static_cast<const char*>(it->first);
+      if (static_cast<const char*>(p) < base + it->second.bytes()) return true;
+    }
+    for (const auto& [key, buffer] : scale_vectors_)
+      if (p == buffer.data()) return true;
+    return false;
+  }
+
+  // The GEMM shapes gemm() chose an algorithm for: its candidates and the arguments of the call that chose.
+  struct GemmChoice {
+    GemmDesc desc;
+    GemmArgs args;
+    std::vector<GemmAlgorithm> candidates;
+    size_t chosen = 0;
+  };
+  std::vector<GemmChoice> gemm_choices_;
 
   // The GEMM of linear(x, w, [b], [scale], [residual]) on these (inferred) input types.
   static Result<GemmDesc> linear_desc(std::span<const TensorType> in, const Attrs& attrs) {
@@ -584,6 +640,12 @@ Result<std::unique_ptr<backend::Backend>> make_cuda_backend() {
   auto backend = std::make_unique<CudaBackend>(std::move(context), std::move(stream), std::move(blas));
   KILN_TRY(backend->measure());
   return std::unique_ptr<backend::Backend>(std::move(backend));
+}
+
+Result<std::vector<GemmAudit>> audit_gemm_choices(backend::Backend& cuda, int reps) {
+  auto* b = dynamic_cast<CudaBackend*>(&cuda);
+  if (b == nullptr) return make_error(ErrorCode::invalid_argument, "audit_gemm_choices needs the CUDA backend");
+  return b->audit_gemm_choices(std::max(1, reps));
 }
 
 void register_cuda_backend() { backend::register_backend_factory("cuda", make_cuda_backend); }

@@ -5,6 +5,8 @@
 #pragma once
 
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "backend/backend.h"
 
@@ -13,5 +15,21 @@ namespace kiln::cuda {
 // Opens device 0 and measures its copy bandwidth and bf16 GEMM rate (a few milliseconds).
 Result<std::unique_ptr<backend::Backend>> make_cuda_backend();
 void register_cuda_backend();
+
+// The backend picks each GEMM shape's algorithm on its first run by timing cuBLASLt's heuristic candidates (5
+// launches each). The audit times every chosen shape's candidates again on the buffers of the call that chose,
+// interleaved over `reps` rounds (median of 3 launches per round), so that the choice can be judged against the
+// best of them ("each GEMM within 3% of the best algorithm"). It overwrites those calls' outputs: run the plan
+// again before reading them. A benchmark, not for serving.
+struct GemmAudit {
+  std::string desc;                 // GemmDesc::str()
+  int candidates = 0;
+  int chosen = 0;                   // index into candidate_ms of the algorithm the backend runs
+  int best = 0;                     // index of the fastest in this audit
+  double flops = 0;
+  std::vector<double> candidate_ms; // median per candidate
+  double chosen_over_best() const { return candidate_ms[static_cast<size_t>(chosen)] / candidate_ms[static_cast<size_t>(best)]; }
+};
+Result<std::vector<GemmAudit>> audit_gemm_choices(backend::Backend& cuda, int reps = 10);
 
 }  // namespace kiln::cuda

@@ -204,6 +204,16 @@ Status copy_async(CUdeviceptr dst, CUdeviceptr src, int64_t bytes, CUstream stre
   return check(cu().cuMemcpyDtoDAsync(dst, src, static_cast<size_t>(bytes), stream), "cuMemcpyDtoDAsync");
 }
 
+Status profiler_start() {
+  KILN_TRY(require_driver());
+  return check(cu().cuProfilerStart(), "cuProfilerStart");
+}
+
+Status profiler_stop() {
+  KILN_TRY(require_driver());
+  return check(cu().cuProfilerStop(), "cuProfilerStop");
+}
+
 Status copy_to_device(void* device_dst, const void* host_src, size_t bytes) {
   KILN_TRY(require_driver());
   if (bytes == 0) return ok_status();

@@ -130,6 +130,9 @@ struct LaunchShape {
 // Device-to-device copy enqueued on `stream`, and a wait for everything enqueued on it.
 Status copy_async(CUdeviceptr dst, CUdeviceptr src, int64_t bytes, CUstream stream);
 Status synchronize(CUstream stream);
+// The window a profiler started with collection off (`ncu --profile-from-start off`) records; no effect without one.
+Status profiler_start();
+Status profiler_stop();
 // Synchronous copies between host memory and any device address (a view into a buffer included).
 Status copy_to_device(void* device_dst, const void* host_src, size_t bytes);
 Status copy_to_host(void* host_dst, const void* device_src, size_t bytes);

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cuda.h>
+#include <cudaProfiler.h>
 
 #include "util/result.h"
 
@@ -21,7 +22,7 @@ namespace kiln::cuda {
   X(cuEventRecord) X(cuStreamWaitEvent) X(cuEventSynchronize) X(cuEventElapsedTime) X(cuModuleLoadData) X(cuModuleUnload)          \
   X(cuModuleGetFunction) X(cuFuncSetAttribute) X(cuFuncGetAttribute) X(cuLaunchKernel)                        \
   X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuGraphInstantiate) X(cuGraphDestroy) X(cuGraphExecDestroy) \
-  X(cuGraphLaunch) X(cuGraphGetNodes)
+  X(cuGraphLaunch) X(cuGraphGetNodes) X(cuProfilerStart) X(cuProfilerStop)
 
 struct DriverApi {
 #define KILN_CUDA_DECLARE(name) decltype(&::name) name = nullptr;

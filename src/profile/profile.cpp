@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 
 namespace kiln::profile {
 
@@ -32,6 +33,29 @@ double kernel_time(backend::Plan& plan, backend::Backend& backend, size_t step) 
   return timing.ok() ? timing->median_seconds / kKernelRepeats : 0;
 }
 
+// A device copy of `bytes` (bytes / 2 each way), replayed as kernel_time replays a step; cached by size. 0 when
+// the backend cannot allocate, capture or time it.
+double copy_time(backend::Backend& backend, int64_t bytes, std::map<int64_t, double>& cache) {
+  const int64_t words = std::max<int64_t>(1, bytes / 2 / 4);
+  if (auto it = cache.find(words); it != cache.end()) return it->second;
+  double seconds = 0;
+  auto from = backend.allocate({DType::f32, {words}});
+  auto to = backend.allocate({DType::f32, {words}});
+  if (from.ok() && to.ok()) {
+    auto replay = backend.capture([&]() -> Status {
+      for (int i = 0; i < kKernelRepeats; ++i) KILN_TRY(backend.copy(*from, *to));
+      return ok_status();
+    });
+    if (replay.ok()) {
+      auto timing = backend.time(*replay, {1, 5});
+      if (timing.ok()) seconds = timing->median_seconds / kKernelRepeats;
+    }
+  }
+  if (from.ok()) backend.release(*from);
+  if (to.ok()) backend.release(*to);
+  return cache[words] = seconds;
+}
+
 }  // namespace
 
 Result<PlanProfile> profile_plan(backend::Plan& plan, backend::Backend& backend, const ProfileOptions& options) {
@@ -53,6 +77,7 @@ Result<PlanProfile> profile_plan(backend::Plan& plan, backend::Backend& backend,
   profile.device = backend.device();
   profile.repetitions = reps;
   double offset = 0;
+  std::map<int64_t, double> copy_times;
   for (size_t s = 0; s < steps.size(); ++s) {
     StepProfile sp;
     sp.index = s;
@@ -75,6 +100,9 @@ Result<PlanProfile> profile_plan(backend::Plan& plan, backend::Backend& backend,
     }
     sp.roofline = roofline_point(cost.flops, cost.bytes, profile.device);
     sp.headroom = sp.roofline.floor_seconds > 0 ? sp.device_seconds() / sp.roofline.floor_seconds : 0;
+    if (sp.kernel_seconds > 0 && steps[s].kind == backend::Plan::Step::Kind::kernel && sp.roofline.bound == Bound::memory &&
+        cost.bytes > 0)
+      sp.copy_seconds = copy_time(backend, static_cast<int64_t>(cost.bytes), copy_times);
     profile.steps_seconds += sp.seconds;
     profile.class_seconds[static_cast<int>(sp.op_class)] += sp.seconds;
     profile.steps.push_back(std::move(sp));

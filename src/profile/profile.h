@@ -13,6 +13,10 @@
 // row, captured as the backend deploys work (a CUDA graph on GPUs), replayed and divided, so launch and
 // synchronization costs drop out. The roofline headroom is taken from it where it was measured; a step that
 // cannot be captured (a reference fallback copies to the host) keeps the synchronized figure.
+//
+// A memory-bound generated kernel is also set beside a device-to-device copy of as many bytes (half read,
+// half written), timed the same way (copy_seconds): the bandwidth a kernel of that size can get, launch ramp
+// and tail included, where the device's measured bandwidth is that of a copy many times larger.
 #pragma once
 
 #include <array>
@@ -39,6 +43,7 @@ struct StepProfile {
   int nodes = 0;
   double seconds = 0;        // median over repetitions
   double kernel_seconds = 0; // the step's own device time (see above), or 0 where not measured
+  double copy_seconds = 0;   // a copy of the kernel's bytes timed like kernel_seconds (memory-bound kernels), or 0
   double start_seconds = 0;  // the steps before it laid end to end at their figures (the trace's timeline)
   RooflinePoint roofline;
   double share = 0;     // seconds / PlanProfile::steps_seconds

@@ -13,6 +13,8 @@ nlohmann::json step_json(const profile::StepProfile& s) {
           {"class", std::string(op_class_name(s.op_class))},
           {"seconds", s.seconds},
           {"kernel_seconds", s.kernel_seconds},
+          {"copy_seconds", s.copy_seconds},
+          {"of_same_size_copy", s.copy_seconds > 0 && s.kernel_seconds > 0 ? s.copy_seconds / s.kernel_seconds : 0.0},
           {"share", s.share},
           {"flops", s.roofline.flops},
           {"bytes", s.roofline.bytes},

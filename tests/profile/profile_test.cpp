@@ -44,13 +44,20 @@ TEST(ProfilePlan, StepsCoverThePlanAndAddUp) {
   ASSERT_TRUE(p.ok()) << p.error().message;
   ASSERT_EQ(p->steps.size(), (*plan)->steps().size());
   double shares = 0, classes = 0;
-  int matmuls = 0;
+  int matmuls = 0, copied = 0;
   for (const profile::StepProfile& s : p->steps) {
     EXPECT_GT(s.seconds, 0) << s.label;
     EXPECT_GT(s.roofline.bytes, 0) << s.label;
     // Each step's own time, replayed without a synchronization per launch, and the headroom it gives.
     EXPECT_GT(s.kernel_seconds, 0) << s.label;
     EXPECT_DOUBLE_EQ(s.headroom, s.kernel_seconds / s.roofline.floor_seconds) << s.label;
+    // Memory-bound generated kernels are set beside a copy of as many bytes; nothing else is.
+    if (s.kind == "kernel" && s.roofline.bound == profile::Bound::memory) {
+      ++copied;
+      EXPECT_GT(s.copy_seconds, 0) << s.label;
+    } else {
+      EXPECT_EQ(s.copy_seconds, 0) << s.label;
+    }
     shares += s.share;
     if (s.op_class == OpClass::matmul) {
       ++matmuls;
@@ -59,6 +66,7 @@ TEST(ProfilePlan, StepsCoverThePlanAndAddUp) {
     }
   }
   EXPECT_EQ(matmuls, 1);
+  EXPECT_GT(copied, 0);
   for (double c : p->class_seconds) classes += c;
   EXPECT_NEAR(shares, 1.0, 1e-9);
   EXPECT_NEAR(classes, p->steps_seconds, 1e-12);
@@ -67,7 +75,7 @@ TEST(ProfilePlan, StepsCoverThePlanAndAddUp) {
   host_only.kernel_times = false;
   auto q = profile::profile_plan(**plan, cpu, host_only);
   ASSERT_TRUE(q.ok()) << q.error().message;
-  for (const profile::StepProfile& s : q->steps) EXPECT_EQ(s.kernel_seconds, 0) << s.label;
+  for (const profile::StepProfile& s : q->steps) EXPECT_EQ(s.kernel_seconds + s.copy_seconds, 0) << s.label;
 }
 
 TEST(ProfileTrace, OneCompleteEventPerStepOnItsTrack) {
