@@ -25,6 +25,7 @@ const std::vector<PassTarget>& pass_targets() {
   static const std::vector<PassTarget> kTargets = {
       {"merge-gemms", {OpClass::matmul}, "GEMMs that share an input become one GEMM"},
       {"pack-scales", {OpClass::matmul, OpClass::quantize}, "FP8 weight scales packed at load time in the GEMM's layout"},
+      {"fast-accumulation", {OpClass::matmul}, "FP8 GEMMs use the library's fast accumulation (judged by the numerics gate)"},
       {"fuse-rows",
        {OpClass::elementwise, OpClass::rowwise, OpClass::reduction, OpClass::quantize, OpClass::view},
        "memory-bound primitives over the same rows become one generated kernel"},

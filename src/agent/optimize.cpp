@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "agent/task_key.h"
+#include "ir/text.h"
 #include "passes/pipeline.h"
 #include "ref/executor.h"
 
@@ -132,6 +133,13 @@ void Loop::attempt(const Opportunity& opportunity) {
   decided_.push_back(opportunity.name);
   auto config = opportunity.apply(current_.config);
   if (!config.ok()) return finish("failed", config.error().message);
+  // A rewrite that finds nothing to rewrite in this model (FP8 passes on a bf16 model) builds the same plan:
+  // no build, no A/B, and nothing for the knowledge base to learn.
+  if (config->schedules == current_.config.schedules && config->lanes == current_.config.lanes) {
+    auto graph = build_graph(model_, *config, backend_.supports_fn());
+    if (graph.ok() && print_graph_text(*graph) == print_graph_text(current_.graph))
+      return finish("unchanged", "it leaves this model's graph as it is: nothing to build or A/B");
+  }
   auto candidate = deploy(*config);
   if (!candidate.ok()) return finish("failed", "plan: " + candidate.error().message);
   NumericsVerdict verdict =

@@ -5,8 +5,8 @@
 namespace kiln::agent {
 
 const std::vector<std::string>& fusion_pass_names() {
-  static const std::vector<std::string> kNames = {"merge-gemms", "pack-scales", "residual-epilogues", "fuse-rows",
-                                                     "fold-epilogues"};
+  static const std::vector<std::string> kNames = {"merge-gemms", "pack-scales", "fast-accumulation",
+                                                     "residual-epilogues", "fuse-rows", "fold-epilogues"};
   return kNames;
 }
 

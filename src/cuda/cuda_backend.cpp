@@ -409,11 +409,14 @@ class CudaBackend final : public backend::Backend {
   }
 
   // The algorithm of each GEMM shape is chosen on its first run by timing the heuristic's first
-  // kGemmCandidates on the call's own buffers (its first choice is up to 1.24x slower than the best on FLUX's
+  // kGemmCandidates (kGemmChoiceLaunches launches each) on the call's own buffers (its first choice is up to 1.24x slower than the best on FLUX's
   // shapes, docs/performance.md). A first run under graph capture cannot time anything and keeps the
   // heuristic's first choice; plans run once before they are captured. An algorithm that fails to run is
   // passed over.
   static constexpr int kGemmCandidates = 8;
+  // Launches timed per candidate (median). 5 chose a modulation GEMV 1.058x off the best in session 19's audit;
+  // at ~0.03-0.6 ms a launch, 15 cost under 80 ms per shape, once.
+  static constexpr int kGemmChoiceLaunches = 15;
 
   Status gemm(const GemmDesc& desc, const GemmArgs& args) {
     const std::string key = desc.str();
@@ -423,7 +426,7 @@ class CudaBackend final : public backend::Backend {
       size_t best = 0;
       double best_ms = std::numeric_limits<double>::infinity();
       for (size_t i = 0; found.size() > 1 && i < found.size(); ++i) {
-        auto ms = blas().benchmark(desc, {found[i]}, {args}, stream(), 5);
+        auto ms = blas().benchmark(desc, {found[i]}, {args}, stream(), kGemmChoiceLaunches);
         if (ms.ok() && ms->front() < best_ms) best_ms = ms->front(), best = i;
       }
       it = algorithms_.emplace(key, found[best]).first;
@@ -533,6 +536,7 @@ class CudaBackend final : public backend::Backend {
     desc.input = in[0].type.dtype;
     desc.output = out.type.dtype;
     desc.scaling = scaling;
+    desc.fast_accumulation = attrs.get_string("accumulation", "exact") == "fast";
     const bool gelu = attrs.get_string("activation", "none") == "gelu_tanh";
     const bool bias = in.size() > 4;
     if (gelu && !bias)

@@ -7,6 +7,7 @@
 #include "passes/cse.h"
 #include "passes/dce.h"
 #include "passes/decompose.h"
+#include "passes/fast_accumulation.h"
 #include "passes/fold_epilogues.h"
 #include "passes/fuse_rows.h"
 #include "passes/merge_gemms.h"
@@ -41,6 +42,7 @@ const PassEntry kPipeline[] = {
     {"split-gemms", Exactness::exact, any_target<split_gemms_by_epilogue>,       // columns wanting GELU: their own GEMM
      "fold-epilogues"},
     {"pack-scales", Exactness::exact, any_target<pack_weight_scales>},          // FP8 weight scales into the GEMM layout
+    {"fast-accumulation", Exactness::reassociating, mark_fast_accumulation},    // FP8 GEMMs may accumulate fast
     {"sink-concat", Exactness::exact, any_target<sink_concats>},                 // row ops move above joint concats
     {"decompose", Exactness::reassociating, any_target<decompose_composites>},  // composites -> primitives
     {"attention-layouts", Exactness::exact, any_target<absorb_attention_layouts>}, // head/token transposes into attention

@@ -199,7 +199,8 @@ void plant_near_plan(const std::string& path, const agent::PlanConfig& start, st
   p.disabled_passes = start.disabled_passes;
   p.rewrites = std::move(rewrites);
   p.kept = {"planted"};
-  p.decided = {"planted", "fuse-rows", "fold-epilogues", "merge-gemms", "pack-scales", "residual-epilogues"};
+  p.decided = {"planted"};
+  p.decided.insert(p.decided.end(), agent::fusion_pass_names().begin(), agent::fusion_pass_names().end());
   p.seconds = 1e-3;
   k->record_plan({"zoo:mlp:tiny=1,rows=512", agent::plan_structure_hash(at512), agent::graph_input_types(at512)}, p);
   ASSERT_TRUE(k->warnings().empty()) << k->warnings().front();

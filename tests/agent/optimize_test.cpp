@@ -36,7 +36,8 @@ TEST(AgentOptimize, DropsPlantedRegressionsWithTheirReason) {
   options.model_key = "mlp_block";
   options.profile = {1, 3};
   options.extra_opportunities = {planted("planted-wrong", testing::square_outputs),
-                                 planted("planted-slower", [](const Graph& g) { return testing::repeat_gemms(g, 6); })};
+                                 planted("planted-slower", [](const Graph& g) { return testing::repeat_gemms(g, 6); }),
+                                 planted("planted-identity", [](const Graph& g) -> Result<Graph> { return g; })};
   std::vector<std::string> progress;
   options.progress = [&progress](const std::string& line) { progress.push_back(line); };
   auto r = agent::optimize(model, testing::mlp_block_inputs(model), testing::agent_cpu_backend(), options);
@@ -56,11 +57,21 @@ TEST(AgentOptimize, DropsPlantedRegressionsWithTheirReason) {
   EXPECT_LT(slower->ratio, 1.0);
   EXPECT_GT(slower->candidate_seconds, slower->current_seconds);
 
+  // A rewrite that leaves the graph as it is, and the FP8 passes on this bf16 model: no build, no A/B.
+  for (const char* unchanged : {"planted-identity", "pack-scales", "fast-accumulation"}) {
+    const agent::AttemptRecord* a = find_attempt(*r, unchanged);
+    ASSERT_NE(a, nullptr) << unchanged;
+    EXPECT_EQ(a->outcome, "unchanged") << unchanged << ": " << a->reason;
+    EXPECT_EQ(a->ratio, 0) << unchanged;
+    EXPECT_FALSE(a->kept) << unchanged;
+  }
+
   // What was kept is in the final config; the planted rewrites are not.
   EXPECT_TRUE(r->final_config.rewrites.empty());
   for (const auto& w : r->waterfall) {
     EXPECT_NE(w.label, "planted-wrong");
     EXPECT_NE(w.label, "planted-slower");
+    EXPECT_NE(w.label, "planted-identity");
   }
   // Every fusion pass was tried and judged (whether it wins here depends on the machine's load).
   for (const std::string& pass : agent::fusion_pass_names()) {

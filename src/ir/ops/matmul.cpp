@@ -306,6 +306,9 @@ Result<std::vector<TensorType>> infer_scaled_linear(const OpCall& call) {
   }
   KILN_TRY(scale_layout(xs, "xs", x_scale_shapes(xq.shape)));
   KILN_TRY(w_scale_layout(ws, wq.shape, call.attrs));
+  if (const std::string a = call.attrs.get_string("accumulation", "exact"); a != "exact" && a != "fast") {
+    return ops::attr_error("attribute 'accumulation' of scaled_linear must be \"exact\" or \"fast\", got \"" + a + "\"");
+  }
   if (call.inputs.size() == 5) {
     const TensorType& bias = call.inputs[4];
     if (bias.shape != Shape{n} || !dtype_is_float(bias.dtype)) {
@@ -371,7 +374,10 @@ const AttrSpec kScaledLinearAttrs[] = {
     {"activation", AttrKind::string, false, "epilogue after the bias: \"none\" (default) or \"gelu_tanh\""},
     {"ws_layout", AttrKind::string, false,
      "weight scales as stored: \"row_major\" (default; [], [N,1] or [N/128,K/128]) or \"packed\" (as "
-     "pack_scales writes them: [], [N] or [N/128, round_up(K/128, 4)], the block grid's rows padded)"}};
+     "pack_scales writes them: [], [N] or [N/128, round_up(K/128, 4)], the block grid's rows padded)"},
+    {"accumulation", AttrKind::string, false,
+     "\"exact\" (default) or \"fast\": the GEMM library may use its fast FP8 accumulation (Hopper: partial sums not "
+     "promoted to f32 along K); the reference accumulates exactly either way"}};
 const AttrSpec kLinearAttrs[] = {
     {"activation", AttrKind::string, false, "epilogue after the bias: \"none\" (default) or \"gelu_tanh\""},
     {"scale", AttrKind::int_, false, "1: an f32 [N] input after the bias scales each out feature of x @ w^T"},

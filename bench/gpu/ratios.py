@@ -1,0 +1,139 @@
+#!/usr/bin/env python3
+"""Issue 7's figures, read off one GPU run's outputs and printed next to their targets.
+
+    bench/gpu/ratios.py DIR [DIR ...] [--json OUT.json]
+
+Reads, from the folders given (a `bench/gpu/run.sh` output folder, or several calls' folders):
+  gpu_bench.json                       kiln-gpu-bench: copy bandwidth (2 GiB and at the kernels' sizes), every
+                                       cuBLASLt algorithm of the blocks' GEMMs in bf16 and FP8, the fused plans'
+                                       details (steps alone, GEMM audit, CUDA-graph time)
+  [double|single/]optimize/report.json kiln optimize --backend cuda with the peer's figures (torch.compile)
+
+and prints one line per figure: the value, the target, and whether it is met. A figure whose input is missing
+is printed as "not measured". Benchmarks, not tests: the exit status is 0 unless no input was readable.
+"""
+import json
+import os
+import sys
+
+
+def load(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def find(dirs, *names):
+    for d in dirs:
+        for n in names:
+            r = load(os.path.join(d, n))
+            if r is not None:
+                return r, os.path.join(d, n)
+    return None, None
+
+
+def main(argv):
+    out_json = None
+    if "--json" in argv:
+        i = argv.index("--json")
+        out_json = argv[i + 1]
+        argv = argv[:i] + argv[i + 2:]
+    dirs = argv
+    if not dirs:
+        print(__doc__)
+        return 2
+    rows = []
+
+    def row(figure, value, target, met, detail=""):
+        rows.append({"figure": figure, "value": value, "target": target, "met": met, "detail": detail})
+        mark = "not measured" if met is None else ("met" if met else "NOT met")
+        print(f"{figure:58s} {value:>24s}  target {target:>10s}  {mark:12s} {detail}")
+
+    # kiln's final Plan against torch.compile, measured in the same call (optimize.sh).
+    for block in ("double", "single"):
+        rep, path = find(dirs, f"{block}/optimize/report.json", f"{block}-report.json")
+        if rep is None and block == "double":
+            rep, path = find(dirs, "optimize/report.json")
+        peer = next((p for p in (rep or {}).get("peers", []) if p.get("name") == "torch.compile"), None)
+        if peer is None:
+            row(f"FLUX.1-dev {block}-stream block, kiln / torch.compile", "-", "<= 0.80", None)
+            continue
+        kiln_ms = rep["final"]["seconds"] * 1e3
+        ratio = peer["kiln_over_peer"]
+        row(f"FLUX.1-dev {block}-stream block, kiln / torch.compile", f"{ratio:.3f} ({kiln_ms:.3f}/{peer['seconds'] * 1e3:.3f} ms)",
+            "<= 0.80", ratio <= 0.80, path)
+
+    bench, path = find(dirs, "gpu_bench.json")
+    if bench is None:
+        row("kiln-gpu-bench figures", "-", "-", None, "no gpu_bench.json")
+    else:
+        bw = bench["bandwidth"]
+        copy = bw["driver_copy_tbps"] * 1e12
+        sizes = bw.get("by_size", [])
+
+        def same_size_copy(nbytes):
+            if not sizes:
+                return None
+            return min(sizes, key=lambda s: abs(s["bytes"] - nbytes))["best_tbps"] * 1e12
+
+        worst_big, worst_same = None, None
+        for plan in bench.get("plans", []):
+            details = plan.get("fused", {}).get("details", {})
+            for s in details.get("steps", []):
+                if s.get("stage") == "weight" or s.get("copy_seconds", 0) <= 0 or s["bytes"] < 40e6:
+                    continue
+                bps = s["bytes"] / s["kernel_seconds"]
+                of_copy = bps / copy
+                same = same_size_copy(s["bytes"])
+                of_same = bps / same if same else None
+                if worst_big is None or of_copy < worst_big[0]:
+                    worst_big = (of_copy, s["label"][:40], plan["model"])
+                if of_same is not None and (worst_same is None or of_same < worst_same[0]):
+                    worst_same = (of_same, s["label"][:40], plan["model"])
+            graph_ms = details.get("cuda_graph_ms", -1)
+            summed = details.get("steps_kernel_seconds_sum", 0) * 1e3
+            if graph_ms > 0 and summed > 0:
+                row(f"{plan['model']}: CUDA graph / sum of its steps", f"{graph_ms / summed:.3f} ({graph_ms:.3f}/{summed:.3f} ms)",
+                    "<= 1.05", graph_ms / summed <= 1.05)
+            audits = details.get("gemm_audit", [])
+            if audits:
+                worst = max(audits, key=lambda a: a["chosen_over_best"])
+                row(f"{plan['model']}: GEMMs, chosen / best algorithm (worst)", f"{worst['chosen_over_best']:.3f}",
+                    "<= 1.03", worst["chosen_over_best"] <= 1.03, worst["desc"][:50])
+        if worst_big:
+            row("memory-bound kernels >= 40 MB, of the 2 GiB copy (worst)", f"{worst_big[0]:.1%}", ">= 85%",
+                worst_big[0] >= 0.85, f"{worst_big[1]} ({worst_big[2]}); copy {copy / 1e12:.2f} TB/s")
+        if worst_same:
+            row("memory-bound kernels >= 40 MB, of a same-size copy (worst)", f"{worst_same[0]:.1%}", ">= 85%",
+                worst_same[0] >= 0.85, f"{worst_same[1]} ({worst_same[2]})")
+        # FP8 over bf16 at each GEMM shape, best algorithm each (tensor scales; fast accumulation where measured).
+        best = {}
+        for g in bench.get("gemms", []):
+            if "best_ms" not in g or "bias" in g["desc"]:
+                continue
+            kind = "bf16" if "bf16->" in g["desc"].split()[3] else None
+            if "scales=tensor" in g["desc"]:
+                kind = "fp8 fast" if "fast-accum" in g["desc"] else "fp8"
+            if kind:
+                best[(g["shape"], kind)] = g["best_ms"]
+        for kind in ("fp8", "fp8 fast"):
+            ratios = [(best[(s, "bf16")] / best[(s, kind)], s) for (s, k) in best if k == kind and (s, "bf16") in best]
+            if ratios:
+                low = min(ratios)
+                n_met = sum(r >= 1.6 for r, _ in ratios)
+                label = "exact accumulation" if kind == "fp8" else "fast accumulation"
+                row(f"FP8 (tensor scales, {label}) over bf16, worst shape", f"{low[0]:.2f}x ({n_met}/{len(ratios)} >= 1.6)",
+                    ">= 1.6x", low[0] >= 1.6, low[1])
+        heur = [g["heuristic_over_best"] for g in bench.get("gemms", []) if "heuristic_over_best" in g]
+        if heur:
+            print(f"(cuBLASLt's first heuristic choice is up to {max(heur):.3f}x the best of its candidates; kiln times them.)")
+    if out_json:
+        with open(out_json, "w") as f:
+            json.dump(rows, f, indent=2)
+    return 0 if rows else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
