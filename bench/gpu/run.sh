@@ -2,16 +2,24 @@
 # On a GPU machine: build kiln with the CUDA backend, run the GPU tests, run the GPU benchmarks and the PyTorch
 # peer on the same shapes, and write everything (JSON + logs) into the folder given.
 #   bench/gpu/run.sh OUT_DIR [--quick] [--sanitize] [--peer | --peer-quick] [--no-tests] [--no-bench]
+#                    [--prebuilt BUILD_DIR] [--optimize BUDGET]
 # --peer-quick stops the peer after torch.compile's default mode (eager + compile in ~2 minutes);
+# --prebuilt uses binaries built elsewhere with -DKILN_CUDA=ON (e.g. build/release, carried with .gpulib from
+# bench/gpu/carry_libs.sh) instead of building here; --optimize runs bench/gpu/optimize.sh on both FLUX.1-dev
+# blocks (the peer, then kiln optimize --backend cuda with the peer's figures) into OUT_DIR/opt. Last,
+# bench/gpu/ratios.py prints issue 7's figures from everything the call wrote.
 # --no-tests skips the GPU test suite (a benchmark-only call); --no-bench skips kiln's benchmarks and the peer
 # (a test-only call; bench/gpu/optimize.sh is the optimize loop's call).
 # The device tool's call: `bench/gpu/run.sh $OUT`, carrying build/deps (cuDNN frontend headers, .debs).
 set -uo pipefail
 out="${1:?usage: bench/gpu/run.sh OUT_DIR [--quick] [--sanitize] [--peer | --peer-quick] [--no-tests] [--no-bench]}"
 shift
-quick="" sanitize="" peer="" tests=1 bench=1
-for arg in "$@"; do
+quick="" sanitize="" peer="" tests=1 bench=1 prebuilt="" optimize=""
+while [ $# -gt 0 ]; do
+  arg="$1"; shift
   case "$arg" in
+    --prebuilt) prebuilt="${1:?--prebuilt needs a build folder}"; shift ;;
+    --optimize) optimize="${1:?--optimize needs a budget, e.g. 90s}"; shift ;;
     --quick) quick="--quick" ;;
     --sanitize) sanitize=1 ;;
     --peer) peer=1 ;;
@@ -24,14 +32,17 @@ done
 mkdir -p "$out"
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 build="$root/build/gpu"
+[ -n "$prebuilt" ] && build="$(cd "$prebuilt" && pwd)"
+export LD_LIBRARY_PATH="/usr/local/cuda/lib64:$root/.gpulib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 status=0
 step() { echo "== $*"; }
 
 step "machine"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
 
-step "build (CUDA on)"
 log="$(mktemp)"
+if [ -z "$prebuilt" ]; then
+step "build (CUDA on)"
 # The GPU machine has SQLite's runtime library but not its header: the call carries Debian's libsqlite3-dev
 # .deb (build/deps/debs, from `apt-get download libsqlite3-dev`), unpacked into a local prefix, never into /.
 sqlite_flags=()
@@ -49,6 +60,7 @@ targets=(kiln_gpu_bench kiln_gpu_worker kiln_worker kiln_cli)
 [ -n "$tests" ] && targets+=(kiln_cuda_tests)
 cmake --build "$build" --target "${targets[@]}" -j "$(nproc)" > "$log" 2>&1 \
   || { grep -E "error|FAILED" "$log" | head -40; exit 1; }
+fi
 
 if [ -n "$tests" ]; then
 step "GPU tests"
@@ -67,9 +79,11 @@ fi
 
 if [ -n "$bench" ]; then
 step "kiln GPU benchmarks"
-"$build/kiln-gpu-bench" --out "$out/gpu_bench.json" $quick --plan flux1-double-block --plan flux1-single-block \
-  --plan flux1-double-block:dtype=fp8,fp8_scaling=tensor \
-  --tune-plan flux1-double-block --tune-plan flux1-single-block --max-candidates "${KILN_TUNE_CANDIDATES:-24}" || status=1
+# KILN_TUNE_CANDIDATES=0 leaves out the per-kernel schedule search (minutes of device time).
+tune=(--tune-plan flux1-double-block --tune-plan flux1-single-block --max-candidates "${KILN_TUNE_CANDIDATES:-24}")
+[ "${KILN_TUNE_CANDIDATES:-24}" = 0 ] && tune=()
+"$build/kiln-gpu-bench" --out "$out/gpu_bench.json" $quick --fused-only --plan flux1-double-block --plan flux1-single-block \
+  --plan flux1-double-block:dtype=fp8,fp8_scaling=tensor "${tune[@]}" 2>&1 | grep -v "^  kiln_k" | tee "$out/gpu_bench.log" || status=1
 
 # The team's peer script for whole FLUX blocks (eager and torch.compile), when the call carries it: the device
 # tool sends only this checkout, so copy ../shared/bench/torch_flux_block.py to .peer/ and carry ".peer".
@@ -107,4 +121,12 @@ step "PyTorch peer on the same GEMMs"
 python3 "$root/bench/gpu/torch_gemm.py" --out "$out/torch_gemm.json" $quick || status=1
 fi
 
+if [ -n "$optimize" ]; then
+step "kiln optimize next to the peer (both FLUX.1-dev blocks)"
+KILN_NO_KB="${KILN_NO_KB-1}" bash "$root/bench/gpu/optimize.sh" "$out/opt" "$build/kiln" "$optimize" \
+  zoo:flux1-double-block zoo:flux1-single-block || status=1
+fi
+
+step "issue 7 figures"
+python3 "$root/bench/gpu/ratios.py" "$out" "$out/opt" --json "$out/ratios.json"
 exit $status
