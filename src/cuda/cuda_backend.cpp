@@ -175,19 +175,13 @@ class CudaBackend final : public backend::Backend {
                                                         type_to_string(inputs[0]));
         // The scale / residual epilogue is cuBLASLt's per-feature alpha mode: only where it offers an algorithm.
         KILN_ASSIGN_OR_RETURN(GemmDesc desc, linear_desc(inputs, attrs));
-        if (desc.scale || desc.residual) {
-          auto [it, fresh] = epilogue_verdicts_.try_emplace(desc.str(), ok_status());
-          if (fresh) {
-            auto found = blas_.algorithms(desc, 1);
-            if (!found.ok()) it->second = found.error();
-          }
-          return it->second;
-        }
+        if (desc.scale || desc.residual) return offered(desc);
         return ok_status();
       }
       case Op::scaled_linear: {
-        KILN_ASSIGN_OR_RETURN(GemmScaling scaling, scaling_of(inputs));
-        (void)scaling;
+        KILN_ASSIGN_OR_RETURN(GemmDesc desc, scaled_linear_desc(inputs, attrs, (*inferred)[0].dtype));
+        // Fast accumulation only where cuBLASLt offers an algorithm for it (not with block scales on sm_90).
+        if (desc.fast_accumulation) return offered(desc);
         return ok_status();
       }
       case Op::attention:
@@ -409,14 +403,35 @@ class CudaBackend final : public backend::Backend {
   }
 
   // The algorithm of each GEMM shape is chosen on its first run by timing the heuristic's first
-  // kGemmCandidates (kGemmChoiceLaunches launches each) on the call's own buffers (its first choice is up to 1.24x slower than the best on FLUX's
+  // kGemmCandidates (kGemmChoiceRounds interleaved rounds) on the call's own buffers (its first choice is up to 1.24x slower than the best on FLUX's
   // shapes, docs/performance.md). A first run under graph capture cannot time anything and keeps the
   // heuristic's first choice; plans run once before they are captured. An algorithm that fails to run is
   // passed over.
   static constexpr int kGemmCandidates = 8;
-  // Launches timed per candidate (median). 5 chose a modulation GEMV 1.058x off the best in session 19's audit;
-  // at ~0.03-0.6 ms a launch, 15 cost under 80 ms per shape, once.
-  static constexpr int kGemmChoiceLaunches = 15;
+  // Rounds of 3 launches per candidate. A clock that ramps up while candidates are timed one after another
+  // favours the last ones: interleaved rounds spread that over all of them (session 19: timed one by one, 5
+  // launches each, the choice was up to 1.06x off the best in an audit).
+  static constexpr int kGemmChoiceRounds = 5;
+
+  // Each candidate's median over `rounds` interleaved rounds (the median of 3 launches each round); a candidate
+  // that fails to run is +inf.
+  static std::vector<double> time_candidates(const BlasLt& blas, CUstream stream, const GemmDesc& desc,
+                                             const GemmArgs& args, const std::vector<GemmAlgorithm>& candidates,
+                                             int rounds) {
+    std::vector<std::vector<double>> samples(candidates.size());
+    for (int r = 0; r < rounds; ++r) {
+      for (size_t i = 0; i < candidates.size(); ++i) {
+        auto ms = blas.benchmark(desc, {candidates[i]}, {args}, stream, 3);
+        samples[i].push_back(ms.ok() ? ms->front() : std::numeric_limits<double>::infinity());
+      }
+    }
+    std::vector<double> medians;
+    for (std::vector<double>& v : samples) {
+      std::sort(v.begin(), v.end());
+      medians.push_back(v[v.size() / 2]);
+    }
+    return medians;
+  }
 
   Status gemm(const GemmDesc& desc, const GemmArgs& args) {
     const std::string key = desc.str();
@@ -424,10 +439,9 @@ class CudaBackend final : public backend::Backend {
     if (it == algorithms_.end()) {
       KILN_ASSIGN_OR_RETURN(std::vector<GemmAlgorithm> found, blas_.algorithms(desc, capturing_ ? 1 : kGemmCandidates));
       size_t best = 0;
-      double best_ms = std::numeric_limits<double>::infinity();
-      for (size_t i = 0; found.size() > 1 && i < found.size(); ++i) {
-        auto ms = blas().benchmark(desc, {found[i]}, {args}, stream(), kGemmChoiceLaunches);
-        if (ms.ok() && ms->front() < best_ms) best_ms = ms->front(), best = i;
+      if (found.size() > 1) {
+        const std::vector<double> ms = time_candidates(blas(), stream(), desc, args, found, kGemmChoiceRounds);
+        best = static_cast<size_t>(std::min_element(ms.begin(), ms.end()) - ms.begin());
       }
       it = algorithms_.emplace(key, found[best]).first;
       gemm_choices_.push_back({desc, args, std::move(found), best});
@@ -446,19 +460,9 @@ class CudaBackend final : public backend::Backend {
           (c.args.residual && !live(c.args.residual)) || (c.args.scale && !live(c.args.scale)) ||
           (c.args.x_scale && !live(c.args.x_scale)) || (c.args.w_scale && !live(c.args.w_scale)))
         continue;
-      std::vector<std::vector<double>> samples(c.candidates.size());
-      for (int r = 0; r < reps; ++r) {
-        for (size_t i = 0; i < c.candidates.size(); ++i) {
-          KILN_ASSIGN_OR_RETURN(std::vector<double> ms, blas_.benchmark(c.desc, {c.candidates[i]}, {c.args}, stream_.handle(), 3));
-          samples[i].push_back(ms.front());
-        }
-      }
       GemmAudit a{.desc = c.desc.str(), .candidates = static_cast<int>(c.candidates.size()), .chosen = static_cast<int>(c.chosen)};
       a.flops = 2.0 * static_cast<double>(c.desc.m) * static_cast<double>(c.desc.n) * static_cast<double>(c.desc.k);
-      for (size_t i = 0; i < samples.size(); ++i) {
-        std::sort(samples[i].begin(), samples[i].end());
-        a.candidate_ms.push_back(samples[i][samples[i].size() / 2]);
-      }
+      a.candidate_ms = time_candidates(blas_, stream_.handle(), c.desc, c.args, c.candidates, reps);
       a.best = static_cast<int>(std::min_element(a.candidate_ms.begin(), a.candidate_ms.end()) - a.candidate_ms.begin());
       audits.push_back(std::move(a));
     }
@@ -489,6 +493,17 @@ class CudaBackend final : public backend::Backend {
     size_t chosen = 0;
   };
   std::vector<GemmChoice> gemm_choices_;
+
+  // Whether cuBLASLt's heuristic offers any algorithm for `desc` (asked once per form): the GEMM forms only some
+  // configurations have (the per-feature alpha epilogue, fast FP8 accumulation).
+  Status offered(const GemmDesc& desc) const {
+    auto [it, fresh] = offered_.try_emplace(desc.str(), ok_status());
+    if (fresh) {
+      auto found = blas_.algorithms(desc, 1);
+      if (!found.ok()) it->second = found.error();
+    }
+    return it->second;
+  }
 
   // The GEMM of linear(x, w, [b], [scale], [residual]) on these (inferred) input types.
   static Result<GemmDesc> linear_desc(std::span<const TensorType> in, const Attrs& attrs) {
@@ -524,29 +539,37 @@ class CudaBackend final : public backend::Backend {
     return gemm(desc, args);
   }
 
-  Status run_scaled_linear(const Attrs& attrs, std::span<const DeviceTensor> in, const DeviceTensor& out) {
-    std::vector<TensorType> types;
-    for (const DeviceTensor& t : in) types.push_back(t.type);
-    KILN_ASSIGN_OR_RETURN(GemmScaling scaling, scaling_of(types));
-    const Shape& x = in[0].type.shape;
+  // The GEMM of scaled_linear(xq, xs, wq, ws, [b]) on these input types; `out` is its output dtype. A per-tensor
+  // x scale with per-channel w scales runs as channel x channel (run_scaled_linear spreads x's scale).
+  static Result<GemmDesc> scaled_linear_desc(std::span<const TensorType> in, const Attrs& attrs, DType out) {
+    KILN_ASSIGN_OR_RETURN(GemmScaling scaling, scaling_of(in));
+    const Shape& x = in[0].shape;
     GemmDesc desc;
     desc.k = x.back();
-    desc.m = numel(x) / desc.k;
-    desc.n = in[2].type.shape[0];
-    desc.input = in[0].type.dtype;
-    desc.output = out.type.dtype;
-    desc.scaling = scaling;
+    desc.m = desc.k > 0 ? numel(x) / desc.k : 0;
+    desc.n = in[2].shape[0];
+    desc.input = in[0].dtype;
+    desc.output = out;
+    desc.scaling = scaling == GemmScaling::tensor_x_channel_w ? GemmScaling::channel : scaling;
     desc.fast_accumulation = attrs.get_string("accumulation", "exact") == "fast";
     const bool gelu = attrs.get_string("activation", "none") == "gelu_tanh";
     const bool bias = in.size() > 4;
     if (gelu && !bias)
       return make_error(ErrorCode::unsupported, "the CUDA backend's scaled_linear has GELU only with a bias");
     desc.epilogue = bias ? (gelu ? GemmEpilogue::bias_gelu : GemmEpilogue::bias) : GemmEpilogue::none;
+    return desc;
+  }
+
+  Status run_scaled_linear(const Attrs& attrs, std::span<const DeviceTensor> in, const DeviceTensor& out) {
+    std::vector<TensorType> types;
+    for (const DeviceTensor& t : in) types.push_back(t.type);
+    KILN_ASSIGN_OR_RETURN(GemmScaling scaling, scaling_of(types));
+    KILN_ASSIGN_OR_RETURN(GemmDesc desc, scaled_linear_desc(types, attrs, out.type.dtype));
+    const bool bias = in.size() > 4;
     const void* x_scale = in[1].data;
     if (scaling == GemmScaling::tensor_x_channel_w) {
       // cuBLASLt on sm_90 takes no scalar-times-vector mix: spread x's one scale over its m rows.
       KILN_ASSIGN_OR_RETURN(x_scale, broadcast_scale(in[1].data, desc.m));
-      desc.scaling = GemmScaling::channel;
     }
     GemmArgs args{.x = in[0].data,
                   .w = in[2].data,
@@ -622,7 +645,7 @@ class CudaBackend final : public backend::Backend {
   std::map<void*, DeviceBuffer> buffers_;
   std::map<std::string, std::vector<char>> cubins_;
   std::map<std::string, GemmAlgorithm> algorithms_;
-  mutable std::map<std::string, Status> epilogue_verdicts_;  // supports(): whether cuBLASLt offers the epilogue form
+  mutable std::map<std::string, Status> offered_;  // offered(): whether cuBLASLt has an algorithm for the form
   std::unique_ptr<Module> helpers_;
   // By lane and m; one per shape and lane is enough: a lane's GEMMs run in its stream's order.
   std::map<std::pair<int, int64_t>, DeviceBuffer> scale_vectors_;

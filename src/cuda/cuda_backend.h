@@ -16,8 +16,8 @@ namespace kiln::cuda {
 Result<std::unique_ptr<backend::Backend>> make_cuda_backend();
 void register_cuda_backend();
 
-// The backend picks each GEMM shape's algorithm on its first run by timing cuBLASLt's heuristic candidates (15
-// launches each). The audit times every chosen shape's candidates again on the buffers of the call that chose,
+// The backend picks each GEMM shape's algorithm on its first run by timing cuBLASLt's heuristic candidates (5
+// interleaved rounds of 3 launches each). The audit times every chosen shape's candidates again on the buffers of the call that chose,
 // interleaved over `reps` rounds (median of 3 launches per round), so that the choice can be judged against the
 // best of them ("each GEMM within 3% of the best algorithm"). It overwrites those calls' outputs: run the plan
 // again before reading them. A benchmark, not for serving.

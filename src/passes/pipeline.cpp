@@ -15,6 +15,7 @@
 #include "passes/residual_epilogues.h"
 #include "passes/sink_concat.h"
 #include "passes/split_gemms.h"
+#include "passes/split_reductions.h"
 
 namespace kiln::passes {
 namespace {
@@ -45,6 +46,7 @@ const PassEntry kPipeline[] = {
     {"fast-accumulation", Exactness::reassociating, mark_fast_accumulation},    // FP8 GEMMs may accumulate fast
     {"sink-concat", Exactness::exact, any_target<sink_concats>},                 // row ops move above joint concats
     {"decompose", Exactness::reassociating, any_target<decompose_composites>},  // composites -> primitives
+    {"split-reductions", Exactness::exact, any_target<split_reductions>},       // whole-tensor amax: per row, then rows
     {"attention-layouts", Exactness::exact, any_target<absorb_attention_layouts>}, // head/token transposes into attention
     {"cse", Exactness::exact, any_target<eliminate_common_subexpressions>},     // structural hashing
     {"dce", Exactness::exact, any_target<eliminate_dead_code>},
