@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -177,7 +178,9 @@ json bench_gemm(const BlasLt& blas, const Kernels& k, const DeviceInfo& info, CU
   GemmDesc desc{.m = shape.m, .n = shape.n, .k = shape.k, .input = input, .output = DType::bf16,
                 .epilogue = epilogue, .scaling = scaling, .fast_accumulation = fast_accumulation};
   json row = {{"shape", shape.name}, {"desc", desc.str()}, {"m", shape.m}, {"n", shape.n}, {"k", shape.k}};
-  auto algorithms = blas.algorithms(desc, 32);
+  const auto search_started = std::chrono::steady_clock::now();
+  auto algorithms = blas.algorithms(desc, 160, cuda::AlgorithmSearch::neighbours);
+  const double search_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - search_started).count();
   if (!algorithms.ok()) {
     row["error"] = algorithms.error().message;
     std::printf("%-28s %-48s unsupported: %s\n", shape.name, desc.str().c_str(), algorithms.error().message.c_str());
@@ -224,21 +227,51 @@ json bench_gemm(const BlasLt& blas, const Kernels& k, const DeviceInfo& info, CU
     return row;
   }
   const double flops = 2.0 * shape.m * shape.n * shape.k;
-  size_t best = std::min_element(times->begin(), times->end()) - times->begin();
+  // The fastest candidate among the first `end` whose output agrees with the heuristic's first answer
+  // (BlasLt::agrees: cuBLASLt's own check passes configurations that compute something else); `rejected`
+  // collects those passed over.
+  std::vector<size_t> rejected;
+  auto fastest_agreeing = [&](size_t end) {
+    std::vector<size_t> order(end);
+    for (size_t i = 0; i < end; ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return (*times)[a] < (*times)[b]; });
+    for (size_t i : order) {
+      if (i == 0) return i;
+      auto agrees = blas.agrees(desc, (*algorithms)[0], (*algorithms)[i], rotation[0], stream);
+      if (agrees.ok() && *agrees) return i;
+      if (std::find(rejected.begin(), rejected.end(), i) == rejected.end()) rejected.push_back(i);
+    }
+    return size_t{0};
+  };
+  const size_t best = fastest_agreeing(times->size());
+  // The heuristic's own answers come first (rank >= 0); the rest are their neighbours (gemm.h).
+  size_t heuristic_count = 0;
+  while (heuristic_count < algorithms->size() && (*algorithms)[heuristic_count].heuristic_rank >= 0) ++heuristic_count;
+  const size_t heuristic_best = fastest_agreeing(heuristic_count);
   json algos = json::array();
   for (size_t i = 0; i < times->size(); ++i)
     algos.push_back({{"rank", (*algorithms)[i].heuristic_rank}, {"config", (*algorithms)[i].description},
-                     {"ms", (*times)[i]}, {"tflops", flops / ((*times)[i] * 1e-3) / 1e12}});
+                     {"ms", (*times)[i]}, {"tflops", flops / ((*times)[i] * 1e-3) / 1e12},
+                     {"disagrees", std::find(rejected.begin(), rejected.end(), i) != rejected.end()}});
   row["algorithms"] = algos;
   row["heuristic_ms"] = (*times)[0];
   row["best_ms"] = (*times)[best];
   row["best_rank"] = best;
   row["best_tflops"] = flops / ((*times)[best] * 1e-3) / 1e12;
   row["heuristic_over_best"] = (*times)[0] / (*times)[best];
+  row["disagreeing_candidates"] = rejected.size();
+  row["heuristic_candidates"] = heuristic_count;
+  row["heuristic_best_ms"] = (*times)[heuristic_best];
+  row["heuristic_best_tflops"] = flops / ((*times)[heuristic_best] * 1e-3) / 1e12;
+  row["search_seconds"] = search_seconds;
   row["rotation_copies"] = copies;
-  std::printf("%-28s %-48s %2zu algos  heuristic %.4f ms  best %.4f ms (#%zu, %.0f TFLOP/s)  ratio %.3f\n",
-              shape.name, desc.str().c_str(), times->size(), (*times)[0], (*times)[best], best,
-              row["best_tflops"].get<double>(), (*times)[0] / (*times)[best]);
+  std::printf("%-28s %-48s %3zu algos (%zu heuristic, %.2f s)  heuristic #0 %.4f ms, its best %.4f ms  best %.4f ms (#%zu, %.0f TFLOP/s)  "
+              "#0/best %.3f, heuristic best/best %.3f; %zu faster disagreed\n",
+              shape.name, desc.str().c_str(), times->size(), heuristic_count, search_seconds, (*times)[0], (*times)[heuristic_best],
+              (*times)[best], best, row["best_tflops"].get<double>(), (*times)[0] / (*times)[best],
+              (*times)[heuristic_best] / (*times)[best], rejected.size());
+  for (size_t i : rejected) std::printf("    disagrees with #0: %s\n", (*algorithms)[i].description.c_str());
+  if (best >= heuristic_count) std::printf("    best: %s\n", (*algorithms)[best].description.c_str());
   return row;
 }
 
@@ -342,11 +375,21 @@ json plan_details(backend::Backend& gpu, backend::Plan& plan, double graph_ms, b
     details["gemm_audit_error"] = audit.error().message;
   } else {
     for (const cuda::GemmAudit& a : *audit) {
-      audits.push_back({{"desc", a.desc}, {"candidates", a.candidates}, {"chosen", a.chosen}, {"best", a.best},
-                        {"candidate_ms", a.candidate_ms}, {"chosen_over_best", a.chosen_over_best()}});
-      std::printf("  GEMM %-70s chosen #%d %.4f ms, best #%d %.4f ms of %d: %.3fx\n", a.desc.substr(0, 70).c_str(), a.chosen,
-                  a.candidate_ms[static_cast<size_t>(a.chosen)], a.best, a.candidate_ms[static_cast<size_t>(a.best)],
-                  a.candidates, a.chosen_over_best());
+      // The best of the heuristic's own answers (the first `heuristic` candidates): what choosing among them
+      // alone would have reached.
+      const auto heuristic_end = a.candidate_ms.begin() + std::max(1, a.heuristic);
+      const double heuristic_best = *std::min_element(a.candidate_ms.begin(), heuristic_end);
+      const double chosen_ms = a.candidate_ms[static_cast<size_t>(a.chosen)];
+      audits.push_back({{"desc", a.desc}, {"candidates", a.candidates}, {"heuristic_candidates", a.heuristic},
+                        {"chosen", a.chosen}, {"chosen_config", a.chosen_config}, {"best", a.best},
+                        {"disagreements", a.disagreements}, {"candidate_ms", a.candidate_ms},
+                        {"chosen_over_best", a.chosen_over_best()}, {"best_heuristic_over_chosen", heuristic_best / chosen_ms},
+                        {"heuristic_first_over_chosen", a.candidate_ms[0] / chosen_ms}});
+      std::printf("  GEMM %-60s chosen #%d %.4f ms, best #%d %.4f ms of %d (%d heuristic): %.3fx; heuristic's first %.3fx, "
+                  "its best %.3fx the chosen; %d disagreed\n",
+                  a.desc.substr(0, 60).c_str(), a.chosen, chosen_ms, a.best, a.candidate_ms[static_cast<size_t>(a.best)],
+                  a.candidates, a.heuristic, a.chosen_over_best(), a.candidate_ms[0] / chosen_ms, heuristic_best / chosen_ms,
+                  a.disagreements);
     }
   }
   details["gemm_audit"] = audits;

@@ -129,6 +129,13 @@ def main(argv):
         heur = [g["heuristic_over_best"] for g in bench.get("gemms", []) if "heuristic_over_best" in g]
         if heur:
             print(f"(cuBLASLt's first heuristic choice is up to {max(heur):.3f}x the best of its candidates; kiln times them.)")
+        # What the neighbours of the heuristic's answers add (gemm.h, AlgorithmSearch::neighbours).
+        gains = [(g["heuristic_best_ms"] / g["best_ms"], g["desc"]) for g in bench.get("gemms", [])
+                 if g.get("heuristic_best_ms") and g.get("best_ms")]
+        if gains:
+            top = max(gains)
+            print(f"(the best neighbour beats the best heuristic answer by up to {top[0]:.3f}x ({top[1]}); "
+                  f"median {sorted(gains)[len(gains) // 2][0]:.3f}x over {len(gains)} GEMMs)")
     if out_json:
         with open(out_json, "w") as f:
             json.dump(rows, f, indent=2)

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -402,11 +403,15 @@ class CudaBackend final : public backend::Backend {
                       type_to_string(in[3]));
   }
 
-  // The algorithm of each GEMM shape is chosen on its first run by timing the heuristic's first
-  // kGemmCandidates (kGemmChoiceRounds interleaved rounds) on the call's own buffers (its first choice is up to 1.24x slower than the best on FLUX's
-  // shapes, docs/performance.md). A first run under graph capture cannot time anything and keeps the
-  // heuristic's first choice; plans run once before they are captured. An algorithm that fails to run is
-  // passed over.
+  // The algorithm of each GEMM shape is chosen on its first run, on the call's own buffers, among cuBLASLt's
+  // heuristic answers and their neighbours (gemm.h, AlgorithmSearch::neighbours; up to kGemmSearchCount): one
+  // screening round times every candidate, the kGemmCandidates fastest go on to kGemmChoiceRounds interleaved
+  // rounds, and the fastest of those is kept once its output agrees with the heuristic's first choice
+  // (BlasLt::agrees; the heuristic's first choice was up to 1.24x slower than the best on FLUX's shapes,
+  // docs/performance.md, and a neighbour cuBLASLt's check accepts may compute something else). A
+  // first run under graph capture cannot time anything and keeps the heuristic's first choice; plans run once
+  // before they are captured. An algorithm that fails to run is passed over.
+  static constexpr int kGemmSearchCount = 160;
   static constexpr int kGemmCandidates = 8;
   // Rounds of 3 launches per candidate. A clock that ramps up while candidates are timed one after another
   // favours the last ones: interleaved rounds spread that over all of them (session 19: timed one by one, 5
@@ -433,18 +438,48 @@ class CudaBackend final : public backend::Backend {
     return medians;
   }
 
+  // `disagreements` counts the faster candidates passed over because their output disagreed.
+  Result<size_t> choose_gemm_algorithm(const GemmDesc& desc, const GemmArgs& args, const std::vector<GemmAlgorithm>& found,
+                                       int& disagreements) {
+    if (found.size() < 2) return size_t{0};
+    std::vector<size_t> order(found.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    if (found.size() > static_cast<size_t>(kGemmCandidates)) {
+      const std::vector<double> screen = time_candidates(blas(), stream(), desc, args, found, 1);
+      std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return screen[a] < screen[b]; });
+      order.resize(static_cast<size_t>(kGemmCandidates));
+    }
+    std::vector<GemmAlgorithm> finalists;
+    for (size_t i : order) finalists.push_back(found[i]);
+    const std::vector<double> ms = time_candidates(blas(), stream(), desc, args, finalists, kGemmChoiceRounds);
+    std::vector<size_t> ranked(finalists.size());
+    for (size_t i = 0; i < ranked.size(); ++i) ranked[i] = i;
+    std::stable_sort(ranked.begin(), ranked.end(), [&](size_t a, size_t b) { return ms[a] < ms[b]; });
+    for (size_t r : ranked) {
+      if (!std::isfinite(ms[r])) break;
+      if (order[r] == 0 || (desc.residual && args.residual == args.y)) return order[r];
+      KILN_ASSIGN_OR_RETURN(bool agrees, blas().agrees(desc, found[0], finalists[r], args, stream()));
+      if (agrees) return order[r];
+      ++disagreements;
+    }
+    return size_t{0};
+  }
+
   Status gemm(const GemmDesc& desc, const GemmArgs& args) {
     const std::string key = desc.str();
     auto it = algorithms_.find(key);
     if (it == algorithms_.end()) {
-      KILN_ASSIGN_OR_RETURN(std::vector<GemmAlgorithm> found, blas_.algorithms(desc, capturing_ ? 1 : kGemmCandidates));
-      size_t best = 0;
-      if (found.size() > 1) {
-        const std::vector<double> ms = time_candidates(blas(), stream(), desc, args, found, kGemmChoiceRounds);
-        best = static_cast<size_t>(std::min_element(ms.begin(), ms.end()) - ms.begin());
-      }
+      // A residual that is y itself cannot be run twice to compare outputs (BlasLt::agrees): the heuristic's
+      // answers only, which are timed, as every candidate is, on y's running sum.
+      const bool in_place = desc.residual && args.residual == args.y;
+      KILN_ASSIGN_OR_RETURN(std::vector<GemmAlgorithm> found,
+                            capturing_ ? blas_.algorithms(desc, 1)
+                            : in_place ? blas_.algorithms(desc, kGemmCandidates)
+                                       : blas_.algorithms(desc, kGemmSearchCount, AlgorithmSearch::neighbours));
+      int disagreements = 0;
+      KILN_ASSIGN_OR_RETURN(size_t best, choose_gemm_algorithm(desc, args, found, disagreements));
       it = algorithms_.emplace(key, found[best]).first;
-      gemm_choices_.push_back({desc, args, std::move(found), best});
+      gemm_choices_.push_back({desc, args, std::move(found), best, disagreements});
     }
     return blas().run(desc, it->second, args, stream());
   }
@@ -460,7 +495,13 @@ class CudaBackend final : public backend::Backend {
           (c.args.residual && !live(c.args.residual)) || (c.args.scale && !live(c.args.scale)) ||
           (c.args.x_scale && !live(c.args.x_scale)) || (c.args.w_scale && !live(c.args.w_scale)))
         continue;
-      GemmAudit a{.desc = c.desc.str(), .candidates = static_cast<int>(c.candidates.size()), .chosen = static_cast<int>(c.chosen)};
+      GemmAudit a;
+      a.desc = c.desc.str();
+      a.candidates = static_cast<int>(c.candidates.size());
+      a.chosen = static_cast<int>(c.chosen);
+      a.disagreements = c.disagreements;
+      for (const GemmAlgorithm& g : c.candidates) a.heuristic += g.heuristic_rank >= 0 ? 1 : 0;
+      a.chosen_config = c.candidates[c.chosen].description;
       a.flops = 2.0 * static_cast<double>(c.desc.m) * static_cast<double>(c.desc.n) * static_cast<double>(c.desc.k);
       a.candidate_ms = time_candidates(blas_, stream_.handle(), c.desc, c.args, c.candidates, reps);
       a.best = static_cast<int>(std::min_element(a.candidate_ms.begin(), a.candidate_ms.end()) - a.candidate_ms.begin());
@@ -491,6 +532,7 @@ class CudaBackend final : public backend::Backend {
     GemmArgs args;
     std::vector<GemmAlgorithm> candidates;
     size_t chosen = 0;
+    int disagreements = 0;
   };
   std::vector<GemmChoice> gemm_choices_;
 

@@ -16,8 +16,8 @@ namespace kiln::cuda {
 Result<std::unique_ptr<backend::Backend>> make_cuda_backend();
 void register_cuda_backend();
 
-// The backend picks each GEMM shape's algorithm on its first run by timing cuBLASLt's heuristic candidates (5
-// interleaved rounds of 3 launches each). The audit times every chosen shape's candidates again on the buffers of the call that chose,
+// The backend picks each GEMM shape's algorithm on its first run by timing cuBLASLt's heuristic answers and their
+// neighbours (a screening round, then 5 interleaved rounds of 3 launches each for the fastest 8). The audit times every chosen shape's candidates again on the buffers of the call that chose,
 // interleaved over `reps` rounds (median of 3 launches per round), so that the choice can be judged against the
 // best of them ("each GEMM within 3% of the best algorithm"). It overwrites those calls' outputs: run the plan
 // again before reading them. A benchmark, not for serving.
@@ -25,6 +25,9 @@ struct GemmAudit {
   std::string desc;                 // GemmDesc::str()
   int candidates = 0;
   int chosen = 0;                   // index into candidate_ms of the algorithm the backend runs
+  int disagreements = 0;            // faster candidates passed over: their output disagreed with the first choice
+  int heuristic = 0;                // how many of the candidates are cuBLASLt's heuristic answers (the first ones)
+  std::string chosen_config;        // the chosen algorithm's configuration (gemm.cpp describe)
   int best = 0;                     // index of the fastest in this audit
   double flops = 0;
   std::vector<double> candidate_ms; // median per candidate

@@ -3,6 +3,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
+#include <initializer_list>
+#include <set>
+#include <utility>
 
 #include "cuda/driver.h"
 
@@ -127,23 +131,82 @@ Status bind(const GemmDesc& desc, const GemmArgs& args, Descriptors& d) {
   return ok_status();
 }
 
-std::string describe(const cublasLtMatmulAlgo_t& algo) {
-  auto read = [&](cublasLtMatmulAlgoConfigAttributes_t attribute) -> int64_t {
-    uint64_t value = 0;
-    size_t written = 0;
-    if (cublasLtMatmulAlgoConfigGetAttribute(&algo, attribute, &value, sizeof value, &written) !=
-        CUBLAS_STATUS_SUCCESS)
-      return -1;
-    // Attributes are 16- to 64-bit; the low bytes hold the value (little-endian).
-    if (written == 4) return static_cast<int64_t>(static_cast<uint32_t>(value));
-    if (written == 2) return static_cast<int64_t>(static_cast<uint16_t>(value));
-    return static_cast<int64_t>(value);
-  };
-  return fmt::format("id={} tile={} stages={} splitk={} swizzle={} cluster={}", read(CUBLASLT_ALGO_CONFIG_ID),
-                     read(CUBLASLT_ALGO_CONFIG_TILE_ID), read(CUBLASLT_ALGO_CONFIG_STAGES_ID),
-                     read(CUBLASLT_ALGO_CONFIG_SPLITK_NUM), read(CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING),
-                     read(CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID));
+// One configuration attribute of an algorithm, read at the size cuBLASLt stores it (it refuses any other
+// size), widened to int64; -1 where the algorithm has no such attribute.
+int64_t config_value(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes_t attribute) {
+  size_t size = 0;
+  if (cublasLtMatmulAlgoConfigGetAttribute(&algo, attribute, nullptr, 0, &size) != CUBLAS_STATUS_SUCCESS) return -1;
+  uint64_t value = 0;
+  size_t written = 0;
+  if (size == 0 || size > sizeof value ||
+      cublasLtMatmulAlgoConfigGetAttribute(&algo, attribute, &value, size, &written) != CUBLAS_STATUS_SUCCESS)
+    return -1;
+  // Attributes are 16- to 32-bit, signed only where they cannot be negative in use; the low bytes hold the
+  // value (little-endian).
+  if (size == 2) return static_cast<int64_t>(static_cast<uint16_t>(value));
+  if (size == 4) return static_cast<int64_t>(static_cast<uint32_t>(value));
+  return static_cast<int64_t>(value);
 }
+
+// Sets one configuration attribute at the size cuBLASLt stores it; false where the algorithm refuses it.
+bool set_config_value(cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes_t attribute, int64_t value) {
+  size_t size = 0;
+  if (cublasLtMatmulAlgoConfigGetAttribute(&algo, attribute, nullptr, 0, &size) != CUBLAS_STATUS_SUCCESS) return false;
+  if (size == 2) {
+    const uint16_t v = static_cast<uint16_t>(value);
+    return cublasLtMatmulAlgoConfigSetAttribute(&algo, attribute, &v, sizeof v) == CUBLAS_STATUS_SUCCESS;
+  }
+  if (size == 4) {
+    const uint32_t v = static_cast<uint32_t>(value);
+    return cublasLtMatmulAlgoConfigSetAttribute(&algo, attribute, &v, sizeof v) == CUBLAS_STATUS_SUCCESS;
+  }
+  return false;
+}
+
+// The configuration attributes that tell two algorithms apart, in a fixed order.
+constexpr cublasLtMatmulAlgoConfigAttributes_t kConfigAttributes[] = {
+    CUBLASLT_ALGO_CONFIG_ID,           CUBLASLT_ALGO_CONFIG_TILE_ID,        CUBLASLT_ALGO_CONFIG_STAGES_ID,
+    CUBLASLT_ALGO_CONFIG_SPLITK_NUM,   CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING,
+    CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID};
+
+std::vector<int64_t> config_of(const cublasLtMatmulAlgo_t& algo) {
+  std::vector<int64_t> values;
+  for (auto attribute : kConfigAttributes) values.push_back(config_value(algo, attribute));
+  return values;
+}
+
+std::string describe(const cublasLtMatmulAlgo_t& algo) {
+  const std::vector<int64_t> v = config_of(algo);
+  return fmt::format("id={} tile={} stages={} splitk={} reduction={} swizzle={} custom={} inner={} cluster={}", v[0], v[1],
+                     v[2], v[3], v[4], v[5], v[6], v[7], v[8]);
+}
+
+// A capability that is an array of uint32 (tile ids, stages ids); empty where the algorithm has none.
+std::vector<int64_t> capability_list(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoCapAttributes_t attribute) {
+  size_t size = 0;
+  if (cublasLtMatmulAlgoCapGetAttribute(&algo, attribute, nullptr, 0, &size) != CUBLAS_STATUS_SUCCESS || size == 0)
+    return {};
+  std::vector<uint32_t> raw(size / sizeof(uint32_t));
+  size_t written = 0;
+  if (cublasLtMatmulAlgoCapGetAttribute(&algo, attribute, raw.data(), raw.size() * sizeof(uint32_t), &written) !=
+      CUBLAS_STATUS_SUCCESS)
+    return {};
+  return std::vector<int64_t>(raw.begin(), raw.end());
+}
+
+// A capability that is one 32-bit value (swizzling support, custom option max); 0 where unreadable.
+int64_t capability_value(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoCapAttributes_t attribute) {
+  int32_t value = 0;
+  size_t written = 0;
+  if (cublasLtMatmulAlgoCapGetAttribute(&algo, attribute, &value, sizeof value, &written) != CUBLAS_STATUS_SUCCESS) return 0;
+  return value;
+}
+
+// The thread-block cluster shapes tried around a Hopper configuration: none (auto) and the small ones along
+// either grid axis. Larger clusters are refused by the check or measure slower at these sizes.
+constexpr int64_t kClusterShapes[] = {CUBLASLT_CLUSTER_SHAPE_AUTO, CUBLASLT_CLUSTER_SHAPE_1x1x1, CUBLASLT_CLUSTER_SHAPE_2x1x1,
+                                      CUBLASLT_CLUSTER_SHAPE_1x2x1, CUBLASLT_CLUSTER_SHAPE_2x2x1, CUBLASLT_CLUSTER_SHAPE_4x1x1,
+                                      CUBLASLT_CLUSTER_SHAPE_1x4x1};
 
 }  // namespace
 
@@ -184,7 +247,7 @@ std::string BlasLt::version() {
   return fmt::format("{}.{}.{}", v / 10000, (v / 100) % 100, v % 100);
 }
 
-Result<std::vector<GemmAlgorithm>> BlasLt::algorithms(const GemmDesc& desc, int max_count) const {
+Result<std::vector<GemmAlgorithm>> BlasLt::algorithms(const GemmDesc& desc, int max_count, AlgorithmSearch search) const {
   Descriptors d;
   KILN_TRY(make_descriptors(desc, d));
   // The vector and block scaling modes need their scale pointers (and epilogues their bias) set before the
@@ -203,18 +266,82 @@ Result<std::vector<GemmAlgorithm>> BlasLt::algorithms(const GemmDesc& desc, int 
   KILN_TRY(lt_check(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                          &workspace, sizeof workspace),
                     "cublasLtMatmulPreferenceSetAttribute(MAX_WORKSPACE_BYTES)"));
-  std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(std::max(1, max_count)));
+  const int limit = std::max(1, max_count);
+  std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(std::min(limit, kHeuristicCount)));
   int returned = 0;
   KILN_TRY(lt_check(cublasLtMatmulAlgoGetHeuristic(state_->handle, d.matmul, d.a, d.b, d.d, d.d, preference,
                                                    static_cast<int>(results.size()), results.data(), &returned),
                     fmt::format("cublasLtMatmulAlgoGetHeuristic({})", desc.str())));
   std::vector<GemmAlgorithm> algorithms;
+  std::set<std::vector<int64_t>> seen;
   for (int i = 0; i < returned; ++i) {
     if (results[i].state != CUBLAS_STATUS_SUCCESS) continue;
     algorithms.push_back({results[i].algo, results[i].workspaceSize, i, describe(results[i].algo)});
+    seen.insert(config_of(results[i].algo));
   }
   if (algorithms.empty())
     return make_error(ErrorCode::unsupported, fmt::format("cuBLASLt has no algorithm for GEMM {}", desc.str()));
+  if (search == AlgorithmSearch::heuristic) return algorithms;
+
+  // Neighbours: a heuristic configuration with some attributes changed, kept where cuBLASLt's own check accepts
+  // it for this GEMM and its workspace fits, in rings of growing distance, so that a cap keeps the nearest.
+  const size_t parents = algorithms.size();
+  auto consider = [&](const cublasLtMatmulAlgo_t& algo, size_t parent) {
+    if (algorithms.size() >= static_cast<size_t>(limit) || !seen.insert(config_of(algo)).second) return;
+    cublasLtMatmulHeuristicResult_t checked{};
+    if (cublasLtMatmulAlgoCheck(state_->handle, d.matmul, d.a, d.b, d.d, d.d, &algo, &checked) != CUBLAS_STATUS_SUCCESS ||
+        checked.workspaceSize > workspace)
+      return;
+    algorithms.push_back({algo, checked.workspaceSize, -1, fmt::format("{} (near #{})", describe(algo), parent)});
+  };
+  auto with = [](cublasLtMatmulAlgo_t algo, std::initializer_list<std::pair<cublasLtMatmulAlgoConfigAttributes_t, int64_t>> changes,
+                 bool& ok) {
+    ok = true;
+    for (const auto& [attribute, value] : changes) ok = ok && set_config_value(algo, attribute, value);
+    return algo;
+  };
+  auto vary = [&](size_t p, std::initializer_list<std::pair<cublasLtMatmulAlgoConfigAttributes_t, int64_t>> changes) {
+    bool ok = false;
+    const cublasLtMatmulAlgo_t variant = with(algorithms[p].algo, changes, ok);
+    if (ok) consider(variant, p);
+  };
+  auto values_up_to = [](int64_t last) {
+    std::vector<int64_t> v;
+    for (int64_t i = 0; i <= last; ++i) v.push_back(i);
+    return v;
+  };
+  // Ring 1, every parent: the attributes with few values (cluster shape, custom option, CTA swizzle), one at a
+  // time. On FLUX's shapes the heuristic's answers differ from each other mostly in these.
+  for (size_t p = 0; p < parents; ++p) {
+    const cublasLtMatmulAlgo_t parent = algorithms[p].algo;  // a copy: consider() grows the vector
+    for (int64_t cluster : kClusterShapes) vary(p, {{CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, cluster}});
+    for (int64_t option : values_up_to(std::min<int64_t>(capability_value(parent, CUBLASLT_ALGO_CAP_CUSTOM_OPTION_MAX), 8)))
+      vary(p, {{CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, option}});
+    if (capability_value(parent, CUBLASLT_ALGO_CAP_CTA_SWIZZLING_SUPPORT))
+      for (int64_t swizzle : {0, 1}) vary(p, {{CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, swizzle}});
+  }
+  // Ring 2, every parent: split K in 2, 3 or 4 with each reduction scheme it offers (a short M leaves SMs idle
+  // otherwise: 512 tokens x 9216 in 128 x 256 tiles is 144 tiles on 132 SMs).
+  for (size_t p = 0; p < parents; ++p) {
+    const cublasLtMatmulAlgo_t parent = algorithms[p].algo;  // a copy: consider() grows the vector
+    if (!capability_value(parent, CUBLASLT_ALGO_CAP_SPLITK_SUPPORT)) continue;
+    const int64_t schemes = capability_value(parent, CUBLASLT_ALGO_CAP_REDUCTION_SCHEME_MASK);
+    for (int64_t splits : {2, 3, 4})
+      for (int64_t scheme : {CUBLASLT_REDUCTION_SCHEME_INPLACE, CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE,
+                             CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE})
+        if (schemes & scheme)
+          vary(p, {{CUBLASLT_ALGO_CONFIG_SPLITK_NUM, splits}, {CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, scheme}});
+  }
+  // Ring 3, the heuristic's first two: every tile, then every stages count, the algorithm's capabilities list.
+  for (size_t p = 0; p < std::min<size_t>(parents, 2); ++p) {
+    for (int64_t tile : capability_list(algorithms[p].algo, CUBLASLT_ALGO_CAP_TILE_IDS)) vary(p, {{CUBLASLT_ALGO_CONFIG_TILE_ID, tile}});
+    for (int64_t stages : capability_list(algorithms[p].algo, CUBLASLT_ALGO_CAP_STAGES_IDS))
+      vary(p, {{CUBLASLT_ALGO_CONFIG_STAGES_ID, stages}});
+  }
+  // Ring 4, the heuristic's first: tile and stages together (a larger tile often needs fewer stages to fit).
+  for (int64_t tile : capability_list(algorithms[0].algo, CUBLASLT_ALGO_CAP_TILE_IDS))
+    for (int64_t stages : capability_list(algorithms[0].algo, CUBLASLT_ALGO_CAP_STAGES_IDS))
+      vary(0, {{CUBLASLT_ALGO_CONFIG_TILE_ID, tile}, {CUBLASLT_ALGO_CONFIG_STAGES_ID, stages}});
   return algorithms;
 }
 
@@ -242,6 +369,46 @@ Status BlasLt::run(const GemmDesc& desc, const GemmAlgorithm& algorithm, const G
   KILN_TRY(make_descriptors(desc, d));
   KILN_TRY(bind(desc, args, d));
   return matmul(state_->handle, state_->workspace, desc, d, algorithm, args, stream);
+}
+
+Result<bool> BlasLt::agrees(const GemmDesc& desc, const GemmAlgorithm& reference, const GemmAlgorithm& candidate,
+                           const GemmArgs& args, CUstream stream) const {
+  if (desc.residual && args.residual == args.y)
+    return make_error(ErrorCode::invalid_argument,
+                      fmt::format("GEMM {}: the residual is the output, so two algorithms cannot be compared", desc.str()));
+  // y's rows with their pitch: a pitched y's span holds other tensors' columns, unchanged between the runs.
+  const int64_t pitch = desc.y_ld > 0 ? desc.y_ld : desc.n;
+  const int64_t count = (desc.m - 1) * pitch + desc.n;
+  const size_t bytes = static_cast<size_t>(count) * dtype_size(desc.output);
+  std::vector<uint8_t> want(bytes), got(bytes);
+  for (auto [algorithm, host] : {std::pair{&reference, &want}, std::pair{&candidate, &got}}) {
+    KILN_TRY(run(desc, *algorithm, args, stream));
+    KILN_TRY(synchronize(stream));
+    KILN_TRY(copy_to_host(host->data(), args.y, bytes));
+  }
+  // Decoded a chunk at a time (a FLUX GEMM's output is 10^8 elements): the largest finite magnitude, then the
+  // comparison.
+  constexpr int64_t kChunk = 1 << 20;
+  std::vector<double> a(kChunk), b(kChunk);
+  const size_t element = dtype_size(desc.output);
+  double scale = 0;
+  for (int64_t start = 0; start < count; start += kChunk) {
+    const int64_t n = std::min(kChunk, count - start);
+    decode_elements(desc.output, want.data() + start * element, a.data(), n);
+    for (int64_t i = 0; i < n; ++i)
+      if (std::isfinite(a[i])) scale = std::max(scale, std::abs(a[i]));
+  }
+  for (int64_t start = 0; start < count; start += kChunk) {
+    const int64_t n = std::min(kChunk, count - start);
+    decode_elements(desc.output, want.data() + start * element, a.data(), n);
+    decode_elements(desc.output, got.data() + start * element, b.data(), n);
+    for (int64_t i = 0; i < n; ++i) {
+      if (std::isnan(a[i]) != std::isnan(b[i])) return false;
+      if (std::isnan(a[i])) continue;
+      if (!(std::abs(b[i] - a[i]) <= std::abs(a[i]) * 0x1p-7 + scale * 0x1p-10)) return false;
+    }
+  }
+  return true;
 }
 
 Result<std::vector<double>> BlasLt::benchmark(const GemmDesc& desc, const std::vector<GemmAlgorithm>& algorithms,

@@ -61,9 +61,21 @@ struct GemmArgs {
 struct GemmAlgorithm {
   cublasLtMatmulAlgo_t algo;
   size_t workspace_bytes = 0;
-  int heuristic_rank = 0;   // 0 = cuBLASLt's first choice
+  int heuristic_rank = 0;   // 0 = cuBLASLt's first choice; -1 = a neighbour (AlgorithmSearch::neighbours)
   std::string description;  // tile, stages, split-k... as read back from the algorithm's config
 };
+
+// How far `BlasLt::algorithms` looks beyond cuBLASLt's heuristic list. `neighbours` adds configurations of the
+// heuristic's answers with attributes changed, nearest first: cluster shape, custom option or CTA swizzle of
+// each; split K of each; tile or stages of the first two; tile with stages of the first (gemm.cpp). They are
+// kept where cublasLtMatmulAlgoCheck accepts them for the GEMM and their workspace fits, but that check passes
+// configurations that compute something else: a neighbour is used only once `BlasLt::agrees` says it matches
+// the heuristic's first answer. The heuristic's list is a sample of the space: on the H200 a neighbour was up
+// to 1.15x faster than the best of it on FLUX's bf16 shapes (docs/performance.md).
+enum class AlgorithmSearch { heuristic, neighbours };
+
+// At most this many of the heuristic's own answers (it returns 8 on FLUX's shapes on the H200).
+constexpr int kHeuristicCount = 32;
 
 class BlasLt {
  public:
@@ -72,15 +84,25 @@ class BlasLt {
   BlasLt& operator=(BlasLt&&) noexcept;
   ~BlasLt();
 
-  // Every algorithm cuBLASLt's heuristic returns for the shape (up to max_count), in its order.
-  // Error (unsupported) naming the shape when it has none.
-  Result<std::vector<GemmAlgorithm>> algorithms(const GemmDesc& desc, int max_count = 64) const;
+  // The algorithms for the shape, up to max_count: the heuristic's answers in its order, then (with
+  // `neighbours`) their neighbours. Error (unsupported) naming the shape when the heuristic has none.
+  Result<std::vector<GemmAlgorithm>> algorithms(const GemmDesc& desc, int max_count = 64,
+                                                AlgorithmSearch search = AlgorithmSearch::heuristic) const;
   Status run(const GemmDesc& desc, const GemmAlgorithm& algorithm, const GemmArgs& args, CUstream stream) const;
 
   // Median ms of `reps` launches of each algorithm (after warm-up), events on `stream`; rotates over the
   // given argument sets so weights come from memory, not L2.
   Result<std::vector<double>> benchmark(const GemmDesc& desc, const std::vector<GemmAlgorithm>& algorithms,
                                         const std::vector<GemmArgs>& rotation, CUstream stream, int reps) const;
+
+  // Whether `candidate` computes what `reference` computes on `args`: both run into args.y on `stream` and
+  // their outputs are compared on the host, within the output's rounding and a differently ordered f32
+  // accumulation: |c - r| <= 2^-7 |r| + 2^-10 max|r|, NaN exactly where the other has NaN. cuBLASLt's own check
+  // accepts configurations that compute something else (H200, cuBLASLt 13.1: a block-scaled neighbour with
+  // cluster 4x2x1 and custom option 6), so a neighbour is used or reported only once it agrees. A residual
+  // that is y itself cannot be run twice to compare: invalid_argument.
+  Result<bool> agrees(const GemmDesc& desc, const GemmAlgorithm& reference, const GemmAlgorithm& candidate,
+                      const GemmArgs& args, CUstream stream) const;
 
   static std::string version();
 

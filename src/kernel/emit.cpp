@@ -104,13 +104,13 @@ KILN_FN float kiln_round_bf16(float f) { return kiln_as_float((uint32_t)kiln_bf1
 // shared helper's frexpf/ldexpf/rintf/division per element (H200, session 19: a tensor-scaled quantize's
 // divide-and-cast kernel ran at 0.66 TB/s). e4m3fn has no infinity and kiln's cast overflows to NaN: RNE
 // takes |x| up to 464 (the tie between 448 and 480 goes to even, 448) to a finite value, anything larger,
-// infinities and NaN to NaN (0x7f; a NaN input keeps its sign), which satfinite would have clamped to 448. The
-// same bits as the shared helper for every f32 (GpuBackend.Fp8CastMatchesTheReferenceBitForBit).
+// infinities and NaN to NaN with x's sign (0x7f or 0xff, as the reference writes it), which satfinite would have
+// clamped to 448. The same bits as the shared helper for every f32 (GpuBackend.Fp8CastMatchesTheReferenceBitForBit).
 const char* kFp8ConversionCuda = R"(#undef kiln_f8e4m3_bits
 KILN_FN uint8_t kiln_f8e4m3_bits(float x) {
   uint16_t h;
   asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(h) : "f"(0.0f), "f"(x));
-  const uint8_t nan = x != x ? (uint8_t)(((kiln_as_uint(x) >> 24) & 0x80u) | 0x7fu) : (uint8_t)0x7fu;
+  const uint8_t nan = (uint8_t)(((kiln_as_uint(x) >> 24) & 0x80u) | 0x7fu);
   return fabsf(x) <= 464.0f ? (uint8_t)(h & 0xffu) : nan;
 }
 )";

@@ -1,12 +1,16 @@
 // cuBLASLt GEMMs on a real GPU against an fp64 computation from the same rounded inputs: bf16 with and
 // without the bias / bias+GELU epilogues, FP8 e4m3 with each scaling mode. Every algorithm the heuristic
-// offers must compute the same function (they are the tuner's candidates).
+// offers, and every neighbour of those (AlgorithmSearch::neighbours), must compute the same function: they are
+// the backend's and the tuner's candidates.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdio>
 #include <functional>
 #include <random>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "cuda/gemm.h"
@@ -39,7 +43,7 @@ void expect_all_algorithms_match(const GemmDesc& desc, const std::vector<const H
                                  const std::function<double(int64_t, int64_t)>& reference) {
   auto blas = BlasLt::create();
   ASSERT_TRUE(blas.ok()) << blas.error().message;
-  auto algorithms = blas->algorithms(desc);
+  auto algorithms = blas->algorithms(desc, 96, AlgorithmSearch::neighbours);
   ASSERT_TRUE(algorithms.ok()) << algorithms.error().message;
   std::vector<DeviceBuffer> buffers;
   std::vector<CUdeviceptr> ptrs;
@@ -67,19 +71,38 @@ void expect_all_algorithms_match(const GemmDesc& desc, const std::vector<const H
     }
   std::vector<uint8_t> out(out_bytes);
   std::vector<double> got(desc.m * desc.n);
+  int refused = 0, correct_but_refused = 0;
   for (const GemmAlgorithm& algorithm : *algorithms) {
     KILN_ASSERT_OK(y->fill_bytes(0xff));  // NaN in bf16 and f32: unwritten elements fail
     KILN_ASSERT_OK(blas->run(desc, algorithm, args, stream->handle()));
     KILN_ASSERT_OK(stream->synchronize());
     KILN_ASSERT_OK(y->download(out.data(), out_bytes));
     decode_elements(desc.output, out.data(), got.data(), desc.m * desc.n);
-    for (int64_t e = 0; e < desc.m * desc.n; ++e) {
+    int64_t wrong = -1;  // the first element off the reference
+    for (int64_t e = 0; e < desc.m * desc.n && wrong < 0; ++e) {
       const double tolerance = std::abs(ref[e]) * 0x1p-8 + scale * 0x1p-12;
-      ASSERT_LE(std::abs(got[e] - ref[e]), tolerance)
-          << desc.str() << " algorithm " << algorithm.description << " element (" << e / desc.n << ", "
-          << e % desc.n << "): got " << got[e] << ", want " << ref[e];
+      if (!(std::abs(got[e] - ref[e]) <= tolerance)) wrong = e;
+    }
+    const std::string where = wrong < 0 ? "" : fmt::format("element ({}, {}): got {}, want {}", wrong / desc.n, wrong % desc.n,
+                                                           got[wrong], ref[wrong]);
+    if (algorithm.heuristic_rank >= 0) {
+      // The heuristic's answers are used as they are: each must compute the function.
+      ASSERT_LT(wrong, 0) << desc.str() << " algorithm " << algorithm.description << " " << where;
+      continue;
+    }
+    // A neighbour is used only once BlasLt::agrees accepts it: it may be wrong, but never accepted when wrong.
+    auto agrees = blas->agrees(desc, (*algorithms)[0], algorithm, args, stream->handle());
+    KILN_ASSERT_OK(agrees);
+    if (*agrees) {
+      ASSERT_LT(wrong, 0) << desc.str() << ": agrees accepted a wrong neighbour, " << algorithm.description << " " << where;
+    } else {
+      ++refused;
+      if (wrong < 0) ++correct_but_refused;
+      std::printf("  refused: %s %s\n", algorithm.description.c_str(), where.c_str());
     }
   }
+  EXPECT_EQ(correct_but_refused, 0) << desc.str() << ": agrees refused neighbours that match the reference";
+  std::printf("%s: %zu candidates, %d refused by agrees\n", desc.str().c_str(), algorithms->size(), refused);
 }
 
 class GpuGemmBf16 : public ::testing::TestWithParam<GemmEpilogue> {};
@@ -284,6 +307,36 @@ INSTANTIATE_TEST_SUITE_P(Scalings, GpuGemmFp8,
                            return std::string(info.param == GemmScaling::tensor ? "tensor"
                                               : info.param == GemmScaling::channel ? "channel" : "block");
                          });
+
+// The neighbour search extends the heuristic's list: that list first, in its order, then configurations not in it,
+// every one distinct, within the cap.
+TEST(GpuGemm, NeighboursExtendTheHeuristicList) {
+  KILN_REQUIRE_GPU();
+  auto blas = BlasLt::create();
+  ASSERT_TRUE(blas.ok()) << blas.error().message;
+  const GemmDesc desc{.m = 512, .n = 768, .k = 1024};
+  auto heuristic = blas->algorithms(desc, kHeuristicCount);
+  auto extended = blas->algorithms(desc, 96, AlgorithmSearch::neighbours);
+  KILN_ASSERT_OK(heuristic);
+  KILN_ASSERT_OK(extended);
+  ASSERT_GE(extended->size(), heuristic->size());
+  EXPECT_LE(extended->size(), 96u);
+  std::set<std::string> seen;
+  for (size_t i = 0; i < extended->size(); ++i) {
+    const GemmAlgorithm& a = (*extended)[i];
+    if (i < heuristic->size()) {
+      EXPECT_EQ(a.heuristic_rank, static_cast<int>(i));
+      EXPECT_EQ(a.description, (*heuristic)[i].description);
+    } else {
+      EXPECT_EQ(a.heuristic_rank, -1) << a.description;
+      EXPECT_NE(a.description.find("(near #"), std::string::npos) << a.description;
+    }
+    // The configuration part of the description (before " (near #") names it.
+    EXPECT_TRUE(seen.insert(a.description.substr(0, a.description.find(" (near #"))).second) << a.description;
+    EXPECT_EQ(a.description.rfind("id=-1", 0), std::string::npos) << "the algorithm id was not read: " << a.description;
+  }
+  std::printf("%s: %zu heuristic, %zu with neighbours\n", desc.str().c_str(), heuristic->size(), extended->size());
+}
 
 TEST(GpuGemm, BadDescriptionsAreErrorsNamingTheShape) {
   // Needs no GPU: descriptors are checked before any device work... but cuBLASLt needs a handle, which needs
