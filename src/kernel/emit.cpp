@@ -134,7 +134,7 @@ KILN_FN float kiln_round_f16(float f) { return kiln_f16_to_f32(kiln_f16_bits(f))
 KILN_FN float kiln_round_f8(float x, int mant, int emin, float maxf, int finite_only) {
   if (x != x) return x;
   const float a = fabsf(x);
-  if (a == KILN_INF) return finite_only ? KILN_NAN : x;
+  if (a == KILN_INF) return finite_only ? copysignf(KILN_NAN, x) : x;  // the reference's NaN keeps x's sign
   if (a == 0.0f) return x;
   int e;
   frexpf(a, &e);
@@ -142,7 +142,7 @@ KILN_FN float kiln_round_f8(float x, int mant, int emin, float maxf, int finite_
   if (E < emin) E = emin;
   const float q = ldexpf(1.0f, E - mant);
   const float r = rintf(a / q) * q;
-  if (r > maxf) return finite_only ? KILN_NAN : copysignf(KILN_INF, x);
+  if (r > maxf) return copysignf(finite_only ? KILN_NAN : KILN_INF, x);
   return copysignf(r, x);
 }
 KILN_FN uint8_t kiln_f8_bits(float r, int mant, int emin, int bias) {

@@ -4,8 +4,13 @@
 
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
+#include <bit>
+#include <cstring>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/plan.h"
@@ -13,6 +18,7 @@
 #include "harness/inputs.h"
 #include "harness/sensitivity.h"
 #include "harness/task.h"
+#include "ir/text.h"
 #include "passes/fuse_rows.h"
 #include "ref/executor.h"
 
@@ -116,6 +122,47 @@ inline int64_t row_length(const Graph& g) {
     }
   }
   return k;
+}
+
+// A cast of f32 to e4m3 on `on` against the reference, bit for bit: every f32 whose low 16 bits are zero,
+// the neighbours of e4m3's edges (448, the 464 tie, 480, the subnormal range) of either sign, and random bit
+// patterns. Returns "" when every byte matches, else the first mismatches and their count.
+inline std::string fp8_cast_bit_mismatches(backend::Backend& on) {
+  std::vector<float> values;
+  for (uint32_t hi = 0; hi < 65536; ++hi) values.push_back(std::bit_cast<float>(hi << 16));
+  for (float edge : {448.0f, 464.0f, 480.0f, 0.015625f, 0.001953125f, 0.0009765625f, 0.00146484375f})
+    for (float sign : {1.0f, -1.0f})
+      for (int step = -2; step <= 2; ++step)
+        values.push_back(std::bit_cast<float>(std::bit_cast<uint32_t>(edge * sign) + static_cast<uint32_t>(step)));
+  uint64_t state = 12345;
+  for (int i = 0; i < 65536; ++i) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    values.push_back(std::bit_cast<float>(static_cast<uint32_t>(state >> 32)));
+  }
+  const int64_t n = static_cast<int64_t>(values.size());
+  auto g = parse_graph_text("graph g {\n  input %x: f32[" + std::to_string(n) + "] per_call\n  %y: f8e4m3[" +
+                            std::to_string(n) + "] = cast(%x) {to=\"f8e4m3\"}\n  output y = %y\n}\n");
+  if (!g.ok()) return "parse: " + g.error().message;
+  Tensor x(DType::f32, {n});
+  std::memcpy(x.data(), values.data(), values.size() * sizeof(float));
+  auto want = ref::run_graph(*g, {{"x", x}});
+  if (!want.ok()) return "reference: " + want.error().message;
+  auto plan = backend::Plan::build(on, *g);
+  if (!plan.ok()) return "plan: " + plan.error().message;
+  if ((*plan)->summary().kernels != 1) return "the cast is not one generated kernel";
+  auto got = (*plan)->run({{"x", x}});
+  if (!got.ok()) return "run: " + got.error().message;
+  const auto* a = reinterpret_cast<const uint8_t*>(want->at("y").data());
+  const auto* b = reinterpret_cast<const uint8_t*>(got->at("y").data());
+  int64_t wrong = 0;
+  std::string message;
+  for (int64_t i = 0; i < n; ++i) {
+    if (a[i] == b[i]) continue;
+    if (++wrong <= 5)
+      message += fmt::format("x = {} (bits {:#010x}): reference {:#04x}, {} {:#04x}\n", values[static_cast<size_t>(i)],
+                             std::bit_cast<uint32_t>(values[static_cast<size_t>(i)]), a[i], on.device().kind, b[i]);
+  }
+  return wrong == 0 ? "" : fmt::format("{}{} of {} differ", message, wrong, n);
 }
 
 }  // namespace kiln::testing
