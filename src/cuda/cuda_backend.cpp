@@ -404,19 +404,25 @@ class CudaBackend final : public backend::Backend {
   }
 
   // The algorithm of each GEMM shape is chosen on its first run, on the call's own buffers, among cuBLASLt's
-  // heuristic answers and their neighbours (gemm.h, AlgorithmSearch::neighbours; up to kGemmSearchCount): one
-  // screening round times every candidate, the kGemmCandidates fastest go on to kGemmChoiceRounds interleaved
-  // rounds, and the fastest of those is kept once its output agrees with the heuristic's first choice
-  // (BlasLt::agrees; the heuristic's first choice was up to 1.24x slower than the best on FLUX's shapes,
-  // docs/performance.md, and a neighbour cuBLASLt's check accepts may compute something else). A
-  // first run under graph capture cannot time anything and keeps the heuristic's first choice; plans run once
-  // before they are captured. An algorithm that fails to run is passed over.
+  // heuristic answers and their neighbours (gemm.h, AlgorithmSearch::neighbours; up to kGemmSearchCount): the
+  // GPU is first kept busy with the shape for kGemmWarmupMs, kGemmScreenRounds interleaved rounds time every
+  // candidate, the kGemmCandidates fastest go on to kGemmChoiceRounds more, and the fastest of those is kept
+  // once its output agrees with the heuristic's first choice (BlasLt::agrees; the heuristic's first choice was
+  // up to 1.24x slower than the best on FLUX's shapes, docs/performance.md, and a neighbour cuBLASLt's check
+  // accepts may compute something else). A first run under graph capture cannot time anything and keeps the
+  // heuristic's first choice; plans run once before they are captured. An algorithm that fails to run is
+  // passed over.
   static constexpr int kGemmSearchCount = 160;
   static constexpr int kGemmCandidates = 8;
+  // Candidates timed at once after a cold start ran at other clocks than the steady state a served plan runs at:
+  // in session 20 the plan's choice for the 4096 x 12288 x 3072 bias+GELU GEMM was 1.12x the best of the same
+  // candidates timed again later, interleaved (kiln-gpu-bench's audit), with one screening round and no warm-up.
+  static constexpr double kGemmWarmupMs = 50;
+  static constexpr int kGemmScreenRounds = 2;
   // Rounds of 3 launches per candidate. A clock that ramps up while candidates are timed one after another
   // favours the last ones: interleaved rounds spread that over all of them (session 19: timed one by one, 5
   // launches each, the choice was up to 1.06x off the best in an audit).
-  static constexpr int kGemmChoiceRounds = 5;
+  static constexpr int kGemmChoiceRounds = 7;
 
   // Each candidate's median over `rounds` interleaved rounds (the median of 3 launches each round); a candidate
   // that fails to run is +inf.
@@ -442,10 +448,16 @@ class CudaBackend final : public backend::Backend {
   Result<size_t> choose_gemm_algorithm(const GemmDesc& desc, const GemmArgs& args, const std::vector<GemmAlgorithm>& found,
                                        int& disagreements) {
     if (found.size() < 2) return size_t{0};
+    // Warm-up: the heuristic's first choice, launched until kGemmWarmupMs of GPU time have passed.
+    auto once = blas().benchmark(desc, {found[0]}, {args}, stream(), 1);
+    if (once.ok() && once->front() > 0) {
+      const int launches = static_cast<int>(std::min(2000.0, kGemmWarmupMs / once->front()));
+      for (int i = 0; i < launches; ++i) KILN_TRY(blas().run(desc, found[0], args, stream()));
+    }
     std::vector<size_t> order(found.size());
     for (size_t i = 0; i < order.size(); ++i) order[i] = i;
     if (found.size() > static_cast<size_t>(kGemmCandidates)) {
-      const std::vector<double> screen = time_candidates(blas(), stream(), desc, args, found, 1);
+      const std::vector<double> screen = time_candidates(blas(), stream(), desc, args, found, kGemmScreenRounds);
       std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return screen[a] < screen[b]; });
       order.resize(static_cast<size_t>(kGemmCandidates));
     }
