@@ -17,7 +17,7 @@ namespace kiln::agent {
 
 struct InProcessTunerOptions {
   size_t max_candidates = 24;   // per kernel, the current schedule included
-  double budget_seconds = 60;   // no kernel's search starts after this
+  double budget_seconds = 60;   // no kernel's search starts after this, nor after the request's budget_seconds
   double min_gain = 0.03;       // a winner must be this much faster than the current schedule
   backend::TimingOptions timing{3, 20};
 };

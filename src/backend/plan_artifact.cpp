@@ -49,7 +49,7 @@ Json steps_json(const Plan& plan) {
     if (s.kind == Plan::Step::Kind::library) {
       j["op"] = std::string(op_name(plan.graph().node(s.nodes[0]).op));
       // The backend interface has no per-call algorithm choice yet: each library call runs the backend's
-      // own pick (OpenBLAS; cuBLASLt's first heuristic algorithm).
+      // own pick (OpenBLAS; on CUDA the algorithm it times on the shape's first run, docs/tuning.md).
       j["algorithm"] = "backend-default";
     }
     steps.push_back(std::move(j));

@@ -88,5 +88,23 @@ TEST(InProcessTuner, ASpentBudgetSearchesNothing) {
   EXPECT_EQ(stats.kernels_searched, 0);
 }
 
+// The loop's remaining budget bounds the tuner too, whatever its own share: nothing starts once it is spent.
+TEST(InProcessTuner, TheLoopsRemainingBudgetBoundsIt) {
+  auto optimized = passes::run_pipeline(two_norm_blocks(), {});
+  ASSERT_TRUE(optimized.ok());
+  backend::Backend& cpu = testing::cpu_backend();
+  auto plan = backend::Plan::build(cpu, optimized->graph);
+  ASSERT_TRUE(plan.ok());
+  std::vector<size_t> steps;
+  for (size_t i = 0; i < (*plan)->steps().size(); ++i) steps.push_back(i);
+  agent::InProcessTunerOptions options;  // its own share: 60 s
+  agent::InProcessTunerStats stats;
+  const std::map<std::string, kernel::Schedule> current;
+  auto winners = agent::in_process_tuner(options, &stats)({**plan, cpu, steps, current, /*budget_seconds=*/0});
+  ASSERT_TRUE(winners.ok());
+  EXPECT_TRUE(winners->empty());
+  EXPECT_EQ(stats.kernels_searched, 0);
+}
+
 }  // namespace
 }  // namespace kiln
