@@ -59,5 +59,8 @@ PY
   timeout "${KILN_OPTIMIZE_TIMEOUT:-340}" "$kiln" optimize "$model" --backend cuda --budget "$budget" -o "$dir/optimize" \
     "${kb[@]}" "${peers[@]}" > "$dir/optimize.log" 2>&1 || status=1
   tail -14 "$dir/optimize.log"
+  # The device tool brings back only shallow folders: the report and log also at the top, by block.
+  cp "$dir/optimize/report.json" "$out/$block-report.json" 2> /dev/null
+  cp "$dir/optimize.log" "$out/$block-optimize.log"
 done
 exit $status
