@@ -229,17 +229,22 @@ json bench_gemm(const BlasLt& blas, const Kernels& k, const DeviceInfo& info, CU
   const double flops = 2.0 * shape.m * shape.n * shape.k;
   // The fastest candidate among the first `end` whose output agrees with the heuristic's first answer
   // (BlasLt::agrees: cuBLASLt's own check passes configurations that compute something else); `rejected`
-  // collects those passed over.
+  // collects those passed over. Each candidate is compared once (`verdicts`), whichever search asks.
   std::vector<size_t> rejected;
+  std::map<size_t, bool> verdicts;
   auto fastest_agreeing = [&](size_t end) {
     std::vector<size_t> order(end);
     for (size_t i = 0; i < end; ++i) order[i] = i;
     std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return (*times)[a] < (*times)[b]; });
     for (size_t i : order) {
       if (i == 0) return i;
-      auto agrees = blas.agrees(desc, (*algorithms)[0], (*algorithms)[i], rotation[0], stream);
-      if (agrees.ok() && *agrees) return i;
-      if (std::find(rejected.begin(), rejected.end(), i) == rejected.end()) rejected.push_back(i);
+      auto [verdict, fresh] = verdicts.try_emplace(i, false);
+      if (fresh) {
+        auto agrees = blas.agrees(desc, (*algorithms)[0], (*algorithms)[i], rotation[0], stream);
+        verdict->second = agrees.ok() && *agrees;
+        if (!verdict->second) rejected.push_back(i);
+      }
+      if (verdict->second) return i;
     }
     return size_t{0};
   };

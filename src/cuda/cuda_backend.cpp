@@ -469,7 +469,7 @@ class CudaBackend final : public backend::Backend {
     std::stable_sort(ranked.begin(), ranked.end(), [&](size_t a, size_t b) { return ms[a] < ms[b]; });
     for (size_t r : ranked) {
       if (!std::isfinite(ms[r])) break;
-      if (order[r] == 0 || (desc.residual && args.residual == args.y)) return order[r];
+      if (order[r] == 0 || residual_is_output(desc, args)) return order[r];
       KILN_ASSIGN_OR_RETURN(bool agrees, blas().agrees(desc, found[0], finalists[r], args, stream()));
       if (agrees) return order[r];
       ++disagreements;
@@ -483,10 +483,9 @@ class CudaBackend final : public backend::Backend {
     if (it == algorithms_.end()) {
       // A residual that is y itself cannot be run twice to compare outputs (BlasLt::agrees): the heuristic's
       // answers only, which are timed, as every candidate is, on y's running sum.
-      const bool in_place = desc.residual && args.residual == args.y;
       KILN_ASSIGN_OR_RETURN(std::vector<GemmAlgorithm> found,
-                            capturing_ ? blas_.algorithms(desc, 1)
-                            : in_place ? blas_.algorithms(desc, kGemmCandidates)
+                            capturing_                       ? blas_.algorithms(desc, 1)
+                            : residual_is_output(desc, args) ? blas_.algorithms(desc, kGemmCandidates)
                                        : blas_.algorithms(desc, kGemmSearchCount, AlgorithmSearch::neighbours));
       int disagreements = 0;
       KILN_ASSIGN_OR_RETURN(size_t best, choose_gemm_algorithm(desc, args, found, disagreements));

@@ -17,7 +17,8 @@ Result<std::unique_ptr<backend::Backend>> make_cuda_backend();
 void register_cuda_backend();
 
 // The backend picks each GEMM shape's algorithm on its first run by timing cuBLASLt's heuristic answers and their
-// neighbours (a screening round, then 5 interleaved rounds of 3 launches each for the fastest 8). The audit times every chosen shape's candidates again on the buffers of the call that chose,
+// neighbours (a 50 ms warm-up, 2 interleaved screening rounds, then 7 rounds of 3 launches each for the fastest 8;
+// cuda_backend.cpp). The audit times every chosen shape's candidates again on the buffers of the call that chose,
 // interleaved over `reps` rounds (median of 3 launches per round), so that the choice can be judged against the
 // best of them ("each GEMM within 3% of the best algorithm"). It overwrites those calls' outputs: run the plan
 // again before reading them. A benchmark, not for serving.

@@ -58,6 +58,10 @@ struct GemmArgs {
   const void* residual = nullptr;    // [m, n], output dtype, with GemmDesc::residual
 };
 
+// y = ... + residual computed in place (the residual is y's own buffer): such a GEMM cannot run twice with the
+// same result, so two algorithms cannot be compared on it (BlasLt::agrees).
+inline bool residual_is_output(const GemmDesc& desc, const GemmArgs& args) { return desc.residual && args.residual == args.y; }
+
 struct GemmAlgorithm {
   cublasLtMatmulAlgo_t algo;
   size_t workspace_bytes = 0;

@@ -180,11 +180,11 @@ TEST(BackendOps, EveryOpOnCpuMatchesTheReferenceBF16) { EXPECT_GT(check_cases(DT
 TEST(BackendOps, EveryOpOnCpuMatchesTheReferenceF16) { EXPECT_GT(check_cases(DType::f16), 100); }
 TEST(BackendOps, EveryOpOnCpuMatchesTheReferenceFP8AndSources) { EXPECT_GT(check_cases(std::nullopt), 10); }
 
-// Bad input is an error naming what is wrong, never a crash.
 // e4m3's overflow is NaN with the value's sign, as the reference writes it (the generated kernels wrote +NaN for
 // every overflow until session 20).
 TEST(BackendOps, Fp8CastOnCpuMatchesTheReferenceBitForBit) { EXPECT_EQ(testing::fp8_cast_bit_mismatches(testing::cpu_backend()), ""); }
 
+// Bad input is an error naming what is wrong, never a crash.
 TEST(BackendOps, UnsupportedAndMistypedInputsAreErrors) {
   backend::Backend& b = testing::cpu_backend();
   const std::vector<TensorType> ints = {{DType::i32, {3, 4}}};
