@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
+
 namespace kiln::agent {
 
 Result<harness::TimingStats> time_deployed(backend::Backend& backend, const std::function<Status()>& work,
@@ -44,6 +47,12 @@ Result<ABVerdict> ab_compare(backend::Backend& backend, const std::function<Stat
                           v.b.median * 1e3, v.ratio.median, v.ratio.ci_low, v.ratio.ci_high, ratios.size(),
                           v.b_wins ? "faster" : v.b_loses ? "slower" : "no win beyond noise");
   return v;
+}
+
+double measured_tie_threshold(const ABVerdict& self, const ABOptions& options) {
+  const double noise = std::max({std::abs(self.ratio.median - 1.0), std::abs(self.ratio.ci_low - 1.0),
+                                 std::abs(self.ratio.ci_high - 1.0)});
+  return std::clamp(noise, options.min_tie_threshold, std::max(options.min_tie_threshold, options.tie_threshold));
 }
 
 }  // namespace kiln::agent

@@ -3,7 +3,8 @@
 // both alike. Each sample is the fastest of `repetitions` runs (Backend::time's min: on a shared machine a
 // run is only ever slowed by others, so the fastest of a few is the steadiest figure of what the plan costs);
 // the per-round ratio A/B gives a median and an order-statistics interval (harness::timing_stats). B wins only when the whole interval lies
-// above 1 and the median above 1 + tie_threshold; anything else keeps A (the incumbent wins ties).
+// above 1 and the median above 1 + tie_threshold; anything else keeps A (the incumbent wins ties). The optimize
+// loop measures tie_threshold on the machine first (measured_tie_threshold).
 #pragma once
 
 #include <functional>
@@ -17,7 +18,8 @@ namespace kiln::agent {
 struct ABOptions {
   int rounds = 12;
   int repetitions = 5;
-  double tie_threshold = 0.02;
+  double tie_threshold = 0.02;  // the tie band's half-width; the optimize loop sets it from a self A/B
+  double min_tie_threshold = 0.005;  // a self A/B never narrows the band below this
   double confidence = 0.95;
 };
 
@@ -36,5 +38,11 @@ Result<harness::TimingStats> time_deployed(backend::Backend& backend, const std:
 
 Result<ABVerdict> ab_compare(backend::Backend& backend, const std::function<Status()>& a,
                              const std::function<Status()>& b, const ABOptions& options = {});
+
+// The tie band this machine allows, from an A/B of one Plan against itself (`self`): its ratio is 1 in truth, so
+// how far its median or interval strays from 1 is noise no real difference can be told from. The band is that
+// distance, no narrower than min_tie_threshold and no wider than tie_threshold (a noisy machine keeps the
+// fixed band; a quiet one, such as a GPU replaying a CUDA graph, lets a 1.5% gain through).
+double measured_tie_threshold(const ABVerdict& self, const ABOptions& options);
 
 }  // namespace kiln::agent

@@ -31,7 +31,7 @@ class Loop {
  public:
   Loop(const Graph& model, const std::map<std::string, Tensor>& inputs, backend::Backend& backend,
        const OptimizeOptions& options)
-      : model_(model), inputs_(inputs), backend_(backend), options_(options), start_(Clock::now()) {}
+      : model_(model), inputs_(inputs), backend_(backend), options_(options), ab_(options.ab), start_(Clock::now()) {}
 
   Result<OptimizeResult> run();
 
@@ -63,6 +63,7 @@ class Loop {
   const std::map<std::string, Tensor>& inputs_;
   backend::Backend& backend_;
   const OptimizeOptions& options_;
+  ABOptions ab_;  // options_.ab with the tie band measured on this machine (measured_tie_threshold)
   Clock::time_point start_;
   std::map<std::string, Tensor> reference_;
   int64_t reduction_length_ = 1;
@@ -146,7 +147,7 @@ void Loop::attempt(const Opportunity& opportunity) {
       judge_numerics(reference_, candidate->outputs, result_.baseline_errors, options_.numerics, reduction_length_);
   a.errors = verdict.outputs;
   if (!verdict.ok) return finish("numerics", verdict.reason);
-  auto ab = ab_compare(backend_, current_.replay, candidate->replay, options_.ab);
+  auto ab = ab_compare(backend_, current_.replay, candidate->replay, ab_);
   if (!ab.ok()) return finish("failed", "A/B: " + ab.error().message);
   a.current_seconds = ab->a.median;
   a.candidate_seconds = ab->b.median;
@@ -181,7 +182,7 @@ bool Loop::reuse_plan(const StoredPlan& stored, double baseline_seconds) {
   NumericsVerdict verdict =
       judge_numerics(reference_, candidate->outputs, result_.baseline_errors, options_.numerics, reduction_length_);
   if (!verdict.ok) return reject("numerics: " + verdict.reason);
-  auto timed = time_deployed(backend_, candidate->replay, options_.ab);
+  auto timed = time_deployed(backend_, candidate->replay, ab_);
   if (!timed.ok()) return reject("timing: " + timed.error().message);
   ++options_.knowledge->counts().plan_hits;
   std::string kept;
@@ -277,7 +278,7 @@ bool Loop::try_near_plan(const StoredPlan& near) {
       judge_numerics(reference_, candidate->outputs, result_.baseline_errors, options_.numerics, reduction_length_);
   a.errors = verdict.outputs;
   if (!verdict.ok) return finish("numerics", verdict.reason + "; deciding one by one");
-  auto ab = ab_compare(backend_, current_.replay, candidate->replay, options_.ab);
+  auto ab = ab_compare(backend_, current_.replay, candidate->replay, ab_);
   if (!ab.ok()) return finish("failed", "A/B: " + ab.error().message + "; deciding one by one");
   a.current_seconds = ab->a.median;
   a.candidate_seconds = ab->b.median;
@@ -287,7 +288,7 @@ bool Loop::try_near_plan(const StoredPlan& near) {
   // Taken unless it is slower here: beyond noise, or with its median below the tie band. It already won beyond
   // noise at its own sizes; a tie here is no evidence against it, and re-deciding on a tie would make this run
   // a cold one whenever the machine is loaded (a new guess, by contrast, must win beyond noise).
-  const bool slower = ab->b_loses || ab->ratio.median < 1.0 - options_.ab.tie_threshold;
+  const bool slower = ab->b_loses || ab->ratio.median < 1.0 - ab_.tie_threshold;
   if (slower) return finish(ab->b_loses ? "slower" : "no win", ab->summary + ": slower here; deciding one by one");
   const double before = result_.waterfall.back().seconds;
   const double after = before / ab->ratio.median;
@@ -364,9 +365,15 @@ Result<OptimizeResult> Loop::run() {
   if (!verdict.ok) return make_error(ErrorCode::verify_error, "the baseline plan does not match the reference: " + verdict.reason);
   for (const OutputError& e : verdict.outputs) result_.baseline_errors[e.output] = e.max_error;
   result_.deployed_capture = current_.captured;
-  KILN_ASSIGN_OR_RETURN(harness::TimingStats t, time_deployed(backend_, current_.replay, options_.ab));
+  KILN_ASSIGN_OR_RETURN(harness::TimingStats t, time_deployed(backend_, current_.replay, ab_));
   result_.baseline_summary = current_.plan->summary();
   result_.waterfall.push_back({"baseline (one kernel per op)", "baseline", t.median, 0});
+  // The baseline against itself: how far an A/B strays from 1 here is the tie band for every A/B that follows.
+  KILN_ASSIGN_OR_RETURN(ABVerdict self, ab_compare(backend_, current_.replay, current_.replay, ab_));
+  ab_.tie_threshold = measured_tie_threshold(self, options_.ab);
+  result_.self_ab = {self.ratio.median, self.ratio.ci_low, self.ratio.ci_high, ab_.tie_threshold};
+  say(fmt::format("the baseline A/B'd against itself: {:.4f}x [{:.4f}, {:.4f}]; ties within {:.1f}%", self.ratio.median,
+                  self.ratio.ci_low, self.ratio.ci_high, ab_.tie_threshold * 100));
   say(fmt::format("baseline: {} kernels + {} library calls, {:.4g} ms end to end", result_.baseline_summary.kernels,
                   result_.baseline_summary.library_calls, t.median * 1e3));
 
@@ -444,15 +451,18 @@ Result<OptimizeResult> Loop::run() {
 }
 
 Result<OptimizeResult> Loop::finish() {
+  KILN_ASSIGN_OR_RETURN(backend::Timing measured, backend_.time(current_.replay, kPeerTiming));
+  result_.final_measured_seconds = measured.median_seconds;
   result_.final_summary = current_.plan->summary();
   result_.final_config = current_.config;
   result_.final_graph = current_.graph;
   finish_knowledge();
   result_.final_plan = std::shared_ptr<backend::Plan>(std::move(current_.plan));
   result_.elapsed_seconds = elapsed();
-  say(fmt::format("done: {:.4g} ms -> {:.4g} ms ({:.2f}x) in {:.0f} s", result_.baseline_seconds() * 1e3,
-                  result_.final_seconds() * 1e3, result_.baseline_seconds() / result_.final_seconds(),
-                  result_.elapsed_seconds));
+  say(fmt::format("done: {:.4g} ms -> {:.4g} ms ({:.2f}x) in {:.0f} s; the final Plan timed alone: {:.4g} ms",
+                  result_.baseline_seconds() * 1e3, result_.final_seconds() * 1e3,
+                  result_.baseline_seconds() / result_.final_seconds(), result_.elapsed_seconds,
+                  result_.final_measured_seconds * 1e3));
   return std::move(result_);
 }
 

@@ -137,12 +137,13 @@ std::string section_waterfall(const json& report) {
   const json& peers = report["peers"];
   if (peers.is_array() && !peers.empty()) {
     s += "<h3>Next to peers on the same model and device</h3><p class=\"note\">Measured outside kiln in the same "
-         "session (<code>--peer</code>); ratio = kiln's final time / the peer's.</p>";
+         "session (<code>--peer</code>); kiln's final Plan timed alone at the end as the peer times itself (5 warm-up calls, "
+         "the median of 30), not the waterfall's chained estimate; ratio = kiln / the peer.</p>";
     s += "<table><tr><th>peer</th><th>time</th><th>kiln final</th><th>kiln / peer</th></tr>";
     for (size_t i = 0; i < peers.size(); ++i) {
       const std::string p = fmt::format("/peers/{}", i);
       s += "<tr>" + text_cell(peers[i]["name"].get<std::string>()) + figure(report, p + "/seconds", Unit::ms) +
-           figure(report, "/final/seconds", Unit::ms) + figure(report, p + "/kiln_over_peer", Unit::ratio) + "</tr>";
+           figure(report, p + "/kiln_seconds", Unit::ms) + figure(report, p + "/kiln_over_peer", Unit::ratio) + "</tr>";
     }
     s += "</table>";
   }
@@ -265,6 +266,13 @@ std::string render_report_html(const json& report) {
           figure(report, "/baseline/library_calls", Unit::count, "span") + "). Ran " +
           figure(report, "/elapsed_seconds", Unit::seconds, "span") + " of a " + figure(report, "/budget_seconds", Unit::seconds, "span") +
           " budget.</p>";
+  html += "<p class=\"note\">The final bar chains each kept A/B's ratio from the baseline's time; the final Plan "
+          "timed alone at the end (5 warm-up calls, the median of 30): " +
+          figure(report, "/final/measured_seconds", Unit::ms, "span") + ". Noise: the baseline A/B'd against itself " +
+          figure(report, "/noise/self_ab_ratio", Unit::ratio, "span") + " [" +
+          figure(report, "/noise/self_ab_ci_low", Unit::ratio, "span") + ", " +
+          figure(report, "/noise/self_ab_ci_high", Unit::ratio, "span") + "], so a candidate must win by more than " +
+          figure(report, "/noise/tie_threshold", Unit::percent, "span") + ".</p>";
   if (!report["deployed_capture"].get<bool>()) {
     html += "<p class=\"note\">A plan could not be captured (reference fallbacks); it was timed uncaptured.</p>";
   }

@@ -73,6 +73,10 @@ nlohmann::json report_json(const agent::OptimizeResult& r, bool knowledge_connec
   j["budget_seconds"] = r.budget_seconds;
   j["elapsed_seconds"] = r.elapsed_seconds;
   j["deployed_capture"] = r.deployed_capture;
+  j["noise"] = {{"self_ab_ratio", r.self_ab.ratio},
+                {"self_ab_ci_low", r.self_ab.ci_low},
+                {"self_ab_ci_high", r.self_ab.ci_high},
+                {"tie_threshold", r.self_ab.tie_threshold}};
   j["baseline"] = {{"seconds", r.baseline_seconds()},
                    {"kernels", r.baseline_summary.kernels},
                    {"library_calls", r.baseline_summary.library_calls},
@@ -82,7 +86,8 @@ nlohmann::json report_json(const agent::OptimizeResult& r, bool knowledge_connec
                 {"kernels", r.final_summary.kernels},
                 {"library_calls", r.final_summary.library_calls},
                 {"fallbacks", r.final_summary.fallbacks},
-                {"speedup", r.baseline_seconds() / r.final_seconds()}};
+                {"speedup", r.baseline_seconds() / r.final_seconds()},
+                {"measured_seconds", r.final_measured_seconds}};
   nlohmann::json waterfall = nlohmann::json::array();
   for (const agent::WaterfallEntry& w : r.waterfall) {
     waterfall.push_back({{"label", w.label}, {"level", w.level}, {"seconds", w.seconds}, {"gain_seconds", w.gain_seconds}});
@@ -90,7 +95,8 @@ nlohmann::json report_json(const agent::OptimizeResult& r, bool knowledge_connec
   j["waterfall"] = waterfall;
   nlohmann::json peer_rows = nlohmann::json::array();
   for (const PeerFigure& p : peers) {
-    peer_rows.push_back({{"name", p.name}, {"seconds", p.seconds}, {"kiln_over_peer", r.final_seconds() / p.seconds}});
+    peer_rows.push_back({{"name", p.name}, {"seconds", p.seconds}, {"kiln_seconds", r.final_measured_seconds},
+                         {"kiln_over_peer", r.final_measured_seconds / p.seconds}});
   }
   j["peers"] = peer_rows;
   j["breakdown"] = {{"before_seconds", r.baseline_profile.steps_seconds},

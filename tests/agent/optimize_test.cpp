@@ -102,6 +102,15 @@ TEST(AgentOptimize, KeepsAPlantedWinAndItsWaterfall) {
   EXPECT_TRUE(r->final_config.rewrites.empty());
   ASSERT_GE(r->waterfall.size(), 2u);
   EXPECT_LT(r->final_seconds(), r->baseline_seconds());
+  // The final Plan is also timed directly (what peers are compared with): it is the fast plan, not the slowed one.
+  EXPECT_GT(r->final_measured_seconds, 0);
+  EXPECT_LT(r->final_measured_seconds, r->baseline_seconds());
+  // The tie band every A/B used was measured here first, from the baseline against itself.
+  EXPECT_GT(r->self_ab.ratio, 0);
+  EXPECT_LE(r->self_ab.ci_low, r->self_ab.ratio);
+  EXPECT_GE(r->self_ab.ci_high, r->self_ab.ratio);
+  EXPECT_GE(r->self_ab.tie_threshold, agent::ABOptions{}.min_tie_threshold);
+  EXPECT_LE(r->self_ab.tie_threshold, agent::ABOptions{}.tie_threshold);
   EXPECT_LT(r->final_profile.steps.size(), r->baseline_profile.steps.size());  // the dead GEMMs are gone
 }
 

@@ -115,8 +115,14 @@ TEST_F(ReportTest, PeersSitNextToTheFinalTime) {
   ASSERT_EQ(peers.size(), 1u);
   EXPECT_EQ(peers[0]["name"], "torch.compile");
   EXPECT_DOUBLE_EQ(peers[0]["seconds"].get<double>(), 1.5e-3);
-  EXPECT_DOUBLE_EQ(peers[0]["kiln_over_peer"].get<double>(), (*report_)["final"]["seconds"].get<double>() / 1.5e-3);
+  // The peer is compared with the final Plan timed directly at the end, not with the waterfall's chain of
+  // A/B ratios (which flattered the plan by 8-9% on the H200 in session 20).
+  const double measured = (*report_)["final"]["measured_seconds"].get<double>();
+  EXPECT_GT(measured, 0);
+  EXPECT_DOUBLE_EQ(peers[0]["kiln_seconds"].get<double>(), measured);
+  EXPECT_DOUBLE_EQ(peers[0]["kiln_over_peer"].get<double>(), measured / 1.5e-3);
   EXPECT_NE(html_->find("data-k=\"/peers/0/kiln_over_peer\""), std::string::npos);
+  EXPECT_NE(html_->find("data-k=\"/peers/0/kiln_seconds\""), std::string::npos);
   EXPECT_NE(html_->find("torch.compile"), std::string::npos);
 }
 
