@@ -502,10 +502,7 @@ class CudaBackend final : public backend::Backend {
     std::vector<GemmAudit> audits;
     for (const GemmChoice& c : gemm_choices_) {
       // A choice made for a plan since released has no buffers left to time on.
-      if (!live(c.args.x) || !live(c.args.w) || !live(c.args.y) || (c.args.bias && !live(c.args.bias)) ||
-          (c.args.residual && !live(c.args.residual)) || (c.args.scale && !live(c.args.scale)) ||
-          (c.args.x_scale && !live(c.args.x_scale)) || (c.args.w_scale && !live(c.args.w_scale)))
-        continue;
+      if (!live(c.args)) continue;
       GemmAudit a;
       a.desc = c.desc.str();
       a.candidates = static_cast<int>(c.candidates.size());
@@ -519,6 +516,34 @@ class CudaBackend final : public backend::Backend {
       audits.push_back(std::move(a));
     }
     return audits;
+  }
+
+  // force_gemm_choice (cuda_backend.h).
+  Status force_gemm_choice(const std::string& desc, int candidate) {
+    for (GemmChoice& c : gemm_choices_) {
+      if (c.desc.str() != desc) continue;
+      if (candidate < 0 || static_cast<size_t>(candidate) >= c.candidates.size()) {
+        return make_error(ErrorCode::invalid_argument, fmt::format("GEMM {}: candidate {} of {} does not exist", desc,
+                                                                   candidate, c.candidates.size()));
+      }
+      const GemmAlgorithm& chosen = c.candidates[static_cast<size_t>(candidate)];
+      if (candidate != 0 && chosen.heuristic_rank < 0) {
+        // A neighbour of the heuristic's answers runs only once it has agreed with the first answer (gemm.h).
+        if (!live(c.args))
+          return make_error(ErrorCode::invalid_argument, "GEMM " + desc + ": the plan that chose it has been released");
+        if (residual_is_output(c.desc, c.args))
+          return make_error(ErrorCode::unsupported, "GEMM " + desc + ": its residual is its output, neighbours cannot be checked");
+        KILN_TRY(synchronize());
+        KILN_ASSIGN_OR_RETURN(bool agrees, blas_.agrees(c.desc, c.candidates[0], chosen, c.args, stream_.handle()));
+        if (!agrees)
+          return make_error(ErrorCode::verify_error, fmt::format("GEMM {}: candidate {} ({}) disagrees with the "
+                                                                 "heuristic's first answer", desc, candidate, chosen.description));
+      }
+      c.chosen = static_cast<size_t>(candidate);
+      algorithms_[desc] = chosen;
+      return ok_status();
+    }
+    return make_error(ErrorCode::invalid_argument, "no GEMM " + desc + " has been chosen by this backend");
   }
 
  private:
@@ -535,6 +560,12 @@ class CudaBackend final : public backend::Backend {
     for (const auto& [key, buffer] : scale_vectors_)
       if (p == buffer.data()) return true;
     return false;
+  }
+
+  // Whether every buffer of a GEMM call is still live.
+  bool live(const GemmArgs& a) {
+    return live(a.x) && live(a.w) && live(a.y) && (!a.bias || live(a.bias)) && (!a.residual || live(a.residual)) &&
+           (!a.scale || live(a.scale)) && (!a.x_scale || live(a.x_scale)) && (!a.w_scale || live(a.w_scale));
   }
 
   // The GEMM shapes gemm() chose an algorithm for: its candidates and the arguments of the call that chose.
@@ -726,6 +757,12 @@ Result<std::vector<GemmAudit>> audit_gemm_choices(backend::Backend& cuda, int re
   auto* b = dynamic_cast<CudaBackend*>(&cuda);
   if (b == nullptr) return make_error(ErrorCode::invalid_argument, "audit_gemm_choices needs the CUDA backend");
   return b->audit_gemm_choices(std::max(1, reps));
+}
+
+Status force_gemm_choice(backend::Backend& cuda, const std::string& desc, int candidate) {
+  auto* b = dynamic_cast<CudaBackend*>(&cuda);
+  if (b == nullptr) return make_error(ErrorCode::invalid_argument, "force_gemm_choice needs the CUDA backend");
+  return b->force_gemm_choice(desc, candidate);
 }
 
 void register_cuda_backend() { backend::register_backend_factory("cuda", make_cuda_backend); }

@@ -36,4 +36,10 @@ struct GemmAudit {
 };
 Result<std::vector<GemmAudit>> audit_gemm_choices(backend::Backend& cuda, int reps = 10);
 
+// Makes the backend run candidate `candidate` (an index into the audit's candidate_ms) for the GEMM shape `desc`
+// (GemmAudit::desc) from now on: launches and captures that follow use it; graphs captured before keep theirs.
+// A neighbour of cuBLASLt's heuristic answers must first agree with the first answer on the buffers of the call
+// that chose (BlasLt::agrees). For measuring choices inside a whole plan (kiln-gpu-bench); errors name the shape.
+Status force_gemm_choice(backend::Backend& cuda, const std::string& desc, int candidate);
+
 }  // namespace kiln::cuda

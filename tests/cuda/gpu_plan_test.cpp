@@ -87,6 +87,48 @@ TEST(GpuPlan, ArtifactRoundTrip) {
 // Two CUDA streams: the double block's image and text chains side by side, run directly and replayed as a
 // captured CUDA graph, give the one-stream plan's bits (every kernel and GEMM is deterministic; only their
 // order across streams changes), and the artifact keeps the lanes.
+// Forcing another candidate for a GEMM shape (kiln-gpu-bench judges choices inside the whole plan this way):
+// a graph captured afterwards runs it and still matches the reference; a candidate or shape that does not
+// exist is an error that names it, and the backend's choice can be restored.
+TEST(GpuPlan, ForcedGemmChoicesRunInTheGraphAndMatchTheReference) {
+  KILN_REQUIRE_CUDA_PLAN_BACKEND();
+  const Graph g = testing::optimized_zoo_model("flux1-single-block:tiny", gpu);
+  auto plan = backend::Plan::build(*gpu, g);
+  ASSERT_TRUE(plan.ok()) << plan.error().message;
+  const auto inputs = models::random_inputs(g, 5);
+  ASSERT_TRUE((*plan)->run(inputs).ok());
+  auto audits = cuda::audit_gemm_choices(*gpu, 1);
+  ASSERT_TRUE(audits.ok()) << audits.error().message;
+  int forced = 0;
+  backend::Plan* p = plan->get();
+  for (const cuda::GemmAudit& a : *audits) {
+    if (a.candidates < 2) continue;
+    // The last candidate: a neighbour where the search found any (checked against the first answer first).
+    const int other = a.chosen == a.candidates - 1 ? 0 : a.candidates - 1;
+    const Status st = cuda::force_gemm_choice(*gpu, a.desc, other);
+    if (!st.ok()) {
+      EXPECT_NE(st.error().message.find(a.desc), std::string::npos) << st.error().message;
+      continue;
+    }
+    ++forced;
+    auto replay = gpu->capture([p] { return p->execute(); });
+    ASSERT_TRUE(replay.ok()) << replay.error().message;
+    ASSERT_TRUE((*replay)().ok());
+    ASSERT_TRUE(gpu->synchronize().ok());
+    auto out = (*plan)->outputs();
+    ASSERT_TRUE(out.ok());
+    EXPECT_EQ(testing::matches_reference(g, inputs, *out), "") << a.desc << " with candidate " << other;
+    const Status missing = cuda::force_gemm_choice(*gpu, a.desc, a.candidates);
+    ASSERT_FALSE(missing.ok());
+    EXPECT_NE(missing.error().message.find("does not exist"), std::string::npos) << missing.error().message;
+    EXPECT_TRUE(cuda::force_gemm_choice(*gpu, a.desc, a.chosen).ok());
+  }
+  EXPECT_GT(forced, 0) << "no GEMM of the tiny single block had a second candidate to force";
+  const Status unknown = cuda::force_gemm_choice(*gpu, "m=1 n=2 k=3 no such gemm", 0);
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.error().message.find("no GEMM"), std::string::npos);
+}
+
 TEST(GpuPlan, TwoLanesMatchOneLaneBitForBit) {
   KILN_REQUIRE_CUDA_PLAN_BACKEND();
   for (const std::string spec : {"flux1-double-block:tiny", "flux1-single-block:tiny", "llama3-8b:tiny"}) {
