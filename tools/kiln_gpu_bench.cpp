@@ -21,6 +21,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #ifdef KILN_HAS_CUDNN
@@ -533,6 +534,28 @@ json trace_replays(backend::Backend& gpu, const std::function<Status()>& replay,
   return out;
 }
 
+// How a plan's time moves once the device has been idle: 2 s of sleep, then 400 replays timed one by one with
+// events (as the peer script times its calls, which it starts after compiling, from an idle GPU). Medians over
+// successive windows of calls show how quickly the H200 reaches its power cap; the median of calls 6-35 is
+// the peer's own protocol (5 warm-up calls, then 30).
+json time_from_idle(backend::Backend& gpu, const std::function<Status()>& replay) {
+  must(gpu.synchronize());
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  std::vector<double> ms;
+  for (int i = 0; i < 400; ++i) ms.push_back(must(gpu.time(replay, {0, 1})).median_seconds * 1e3);
+  auto window = [&](size_t from, size_t to) {
+    std::vector<double> v(ms.begin() + static_cast<long>(from), ms.begin() + static_cast<long>(to));
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  json out{{"peer_protocol_ms", window(5, 35)}, {"calls_1_5_ms", window(0, 5)}, {"calls_36_100_ms", window(35, 100)},
+           {"calls_101_200_ms", window(100, 200)}, {"calls_201_400_ms", window(200, 400)}};
+  std::printf("  from an idle device: calls 1-5 %.4f ms, 6-35 (the peer's protocol) %.4f ms, 36-100 %.4f ms, 101-200 %.4f ms, "
+              "201-400 %.4f ms\n", out["calls_1_5_ms"].get<double>(), out["peer_protocol_ms"].get<double>(),
+              out["calls_36_100_ms"].get<double>(), out["calls_101_200_ms"].get<double>(), out["calls_201_400_ms"].get<double>());
+  return out;
+}
+
 json bench_plan(const std::string& spec, int reps, bool fused_only, bool profile_window) {
   json row = {{"model", spec}};
   auto model = models::build_zoo_model(spec);
@@ -577,6 +600,7 @@ json bench_plan(const std::string& spec, int reps, bool fused_only, bool profile
                 {"cuda_graph_median_ms", graph_ms}, {"cuda_graph_error", graph_error}};
     if (std::string(name) == "fused") {
       if (replay.ok()) result["kernel_trace"] = trace_replays(gpu, *replay, graph_ms);
+      if (replay.ok()) result["from_idle"] = time_from_idle(gpu, *replay);
       result["details"] = plan_details(gpu, **plan, graph_ms, profile_window);
     }
     return result;

@@ -70,7 +70,8 @@ std::string waterfall_svg(const json& report) {
     if (i == 0) {
       svg += rect(x, 0, s, "#888", label);
     } else {
-      svg += rect(x, s, s + w[i]["gain_seconds"].get<double>(), "#2a7", label);
+      const double gain = w[i]["gain_seconds"].get<double>();
+      svg += rect(x, s, s + gain, gain >= 0 ? "#2a7" : "#c54", label);
     }
     svg += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>", x + bar / 2, height + 25,
                        escape(i == 0 ? std::string("baseline") : label));
@@ -138,7 +139,7 @@ std::string section_waterfall(const json& report) {
   if (peers.is_array() && !peers.empty()) {
     s += "<h3>Next to peers on the same model and device</h3><p class=\"note\">Measured outside kiln in the same "
          "session (<code>--peer</code>); kiln's final Plan timed alone at the end as the peer times itself (5 warm-up calls, "
-         "the median of 30), not the waterfall's chained estimate; ratio = kiln / the peer.</p>";
+         "the median of 30); ratio = kiln / the peer.</p>";
     s += "<table><tr><th>peer</th><th>time</th><th>kiln final</th><th>kiln / peer</th></tr>";
     for (size_t i = 0; i < peers.size(); ++i) {
       const std::string p = fmt::format("/peers/{}", i);
@@ -266,9 +267,11 @@ std::string render_report_html(const json& report) {
           figure(report, "/baseline/library_calls", Unit::count, "span") + "). Ran " +
           figure(report, "/elapsed_seconds", Unit::seconds, "span") + " of a " + figure(report, "/budget_seconds", Unit::seconds, "span") +
           " budget.</p>";
-  html += "<p class=\"note\">The final bar chains each kept A/B's ratio from the baseline's time; the final Plan "
-          "timed alone at the end (5 warm-up calls, the median of 30): " +
-          figure(report, "/final/measured_seconds", Unit::ms, "span") + ". Noise: the baseline A/B'd against itself " +
+  html += "<p class=\"note\">Final: the Plan timed alone at the end (5 warm-up calls, the median of 30). The kept "
+          "A/B ratios chained from the baseline's time gave " +
+          figure(report, "/final/chained_seconds", Unit::ms, "span") +
+          " (each A/B runs its two plans interleaved, at other clocks than one plan under sustained load). Noise: the "
+          "baseline A/B'd against itself " +
           figure(report, "/noise/self_ab_ratio", Unit::ratio, "span") + " [" +
           figure(report, "/noise/self_ab_ci_low", Unit::ratio, "span") + ", " +
           figure(report, "/noise/self_ab_ci_high", Unit::ratio, "span") + "], so a candidate must win by more than " +
