@@ -39,6 +39,10 @@ kill "$peer_pid" 2> /dev/null
 wait "$peer_pid" 2> /dev/null
 [ -n "$peer_json" ] || { echo "the peer printed no default-mode figures:"; tail -20 "$out/torch_flux_block.log"; exit 1; }
 echo "$peer_json" > "$out/torch_flux_block.json"
+# The same blocks under sustained load (bench/gpu/peer_regimes.py): kiln's sustained time sits next to it.
+echo "== PyTorch peer under sustained load (torch.compile default)"
+timeout 240 python3 "$root/bench/gpu/peer_regimes.py" "$out/peer_regimes.json" > "$out/peer_regimes.log" 2>&1 \
+  || { echo "peer_regimes.py failed (the sustained comparison is left out):"; tail -5 "$out/peer_regimes.log"; }
 status=0
 for model in "${models[@]}"; do
   block="double"
@@ -50,6 +54,11 @@ import json, sys
 r = json.loads('''$peer_json''')
 b = sys.argv[1]
 print(f"--peer=torch.compile={r[b + '_compile[default]_ms']}", f"--peer=eager={r[b + '_eager_ms']}")
+try:
+    s = json.load(open("$out/peer_regimes.json"))[b]
+    print(f"--peer-sustained=torch.compile={s['sustained_ms']}")
+except (OSError, KeyError, ValueError):
+    pass
 PY
   ))
   echo "${peers[@]}"

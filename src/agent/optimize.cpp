@@ -456,6 +456,16 @@ Result<OptimizeResult> Loop::finish() {
   if (options_.settle_seconds > 0) std::this_thread::sleep_for(std::chrono::duration<double>(options_.settle_seconds));
   KILN_ASSIGN_OR_RETURN(backend::Timing measured, backend_.time(current_.replay, kPeerTiming));
   result_.final_chained_seconds = result_.waterfall.back().seconds;
+  if (options_.sustain_seconds > 0) {
+    const auto until = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                          std::chrono::duration<double>(options_.sustain_seconds));
+    while (Clock::now() < until) {
+      for (int i = 0; i < 16; ++i) KILN_TRY(current_.replay());
+      KILN_TRY(backend_.synchronize());
+    }
+    KILN_ASSIGN_OR_RETURN(backend::Timing sustained, backend_.time(current_.replay, {0, kPeerTiming.repetitions}));
+    result_.final_sustained_seconds = sustained.median_seconds;
+  }
   result_.waterfall.push_back({"the final Plan timed alone at the end", "measured", measured.median_seconds,
                                result_.final_chained_seconds - measured.median_seconds});
   result_.final_summary = current_.plan->summary();

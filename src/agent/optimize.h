@@ -59,6 +59,10 @@ struct OptimizeOptions {
   // model right after compiling it, from an idle GPU; an H200 that has just run a minute of A/Bs sits at its
   // power cap at lower clocks. `kiln optimize` idles 2 s; tests leave it at 0.
   double settle_seconds = 0;
+  // Then the final Plan runs back to back for this long and 30 more calls are timed: its time under sustained
+  // load (final_sustained_seconds), where the H200 sits at its power cap (its clocks fell within ~70 ms of
+  // load in session 21, the plans slowing by 11-15%). 0: not measured.
+  double sustain_seconds = 0;
 };
 
 struct AttemptRecord {
@@ -108,6 +112,7 @@ struct OptimizeResult {
   // (session 21). Its last bar is therefore the final Plan timed directly once the loop is done, the way a peer
   // times itself (kPeerTiming): final_seconds(), which peers are compared with. This is where the chain ended.
   double final_chained_seconds = 0;
+  double final_sustained_seconds = 0;  // OptimizeOptions::sustain_seconds; 0 when not measured
   // The baseline A/B'd against itself before any attempt (its ratio is 1 in truth), and the tie band it set.
   struct SelfAB {
     double ratio = 0, ci_low = 0, ci_high = 0, tie_threshold = 0;

@@ -38,6 +38,8 @@ struct OptimizeArgs {
   bool force = false;
   double tune_share = 0.5;
   double settle_seconds = 2;
+  double sustain_seconds = 1;
+  std::vector<std::string> sustained_peers;  // NAME=MS figures of peers timed under sustained load
   uint64_t seed = 0;
   ModelSourceOptions source;
 };
@@ -93,7 +95,10 @@ void print_bucket(const std::string& name, const agent::OptimizeResult& r) {
              r.baseline_seconds() / r.final_seconds(), r.waterfall.size() - 1, r.attempts.size(), r.elapsed_seconds,
              r.plan_reused ? " (stored plan re-verified)" : "");
   fmt::print("  final: the Plan timed alone at the end (5 warm-up calls, median of 30); the kept A/B ratios chained "
-             "from the baseline gave {:.4g} ms\n", r.final_chained_seconds * 1e3);
+             "from the baseline gave {:.4g} ms{}\n", r.final_chained_seconds * 1e3,
+             r.final_sustained_seconds > 0
+                 ? fmt::format("; under sustained load {:.4g} ms", r.final_sustained_seconds * 1e3)
+                 : std::string());
   for (const agent::AttemptRecord& a : r.attempts) fmt::print("  {:<16} {:<8} {}\n", a.opportunity, a.outcome, a.reason);
   const agent::KnowledgeCounts& c = r.knowledge_counts;
   const std::string plan = c.plan_hits        ? "plan reused"
@@ -124,6 +129,15 @@ int run_optimize(const OptimizeArgs& args) {
     if (!peer.ok()) return report_error(peer.error());
     peers.push_back(*peer);
   }
+  for (const std::string& text : args.sustained_peers) {
+    auto peer = report::parse_peer(text);
+    if (!peer.ok()) return report_error(peer.error());
+    if (!(args.sustain_seconds > 0))
+      return report_error(make_error(ErrorCode::invalid_argument,
+                                     "--peer-sustained needs kiln's own sustained time: give --sustain above 0"));
+    peer->sustained = true;
+    peers.push_back(*peer);
+  }
   if (with_workload && !peers.empty()) {
     return report_error(make_error(ErrorCode::invalid_argument,
                                    "--peer is a figure for one model at one shape; it does not apply to a workload's "
@@ -144,6 +158,7 @@ int run_optimize(const OptimizeArgs& args) {
   agent::OptimizeOptions options;
   options.budget_seconds = *budget;
   options.settle_seconds = args.settle_seconds;
+  options.sustain_seconds = args.sustain_seconds;
   options.progress = [](const std::string& line) { fmt::print(stderr, "kiln optimize {}\n", line); };
   if (!args.no_kb) {
     agent::KbKnowledgeOptions kb_options;
@@ -205,8 +220,9 @@ int run_optimize(const OptimizeArgs& args) {
     dirs.push_back(dir);
     print_bucket(with_workload ? "[" + b.name + ", weight " + fmt::format("{:.3g}", b.weight) + "] " : "", b.result);
     for (const report::PeerFigure& p : peers) {
-      fmt::print("  next to {} ({:.4g} ms): kiln's final Plan ({:.4g} ms, timed as the peer is) is {:.2f}x its time\n",
-                 p.name, p.seconds * 1e3, b.result.final_seconds() * 1e3, b.result.final_seconds() / p.seconds);
+      const double kiln = p.sustained ? b.result.final_sustained_seconds : b.result.final_seconds();
+      fmt::print("  next to {}{} ({:.4g} ms): kiln's final Plan ({:.4g} ms, timed as the peer is) is {:.2f}x its time\n",
+                 p.name, p.sustained ? " under sustained load" : "", p.seconds * 1e3, kiln * 1e3, kiln / p.seconds);
     }
   }
   if (with_workload) {
@@ -254,6 +270,13 @@ void add_optimize_command(CLI::App& app, int* exit_code) {
                   "seconds the device idles before the final Plan is timed, as a peer timed after its own compile "
                   "starts from an idle device")
       ->capture_default_str();
+  cmd->add_option("--sustain", args->sustain_seconds,
+                  "seconds the final Plan then runs back to back before 30 more calls are timed: its time under "
+                  "sustained load (0: not measured)")
+      ->capture_default_str();
+  cmd->add_option("--peer-sustained", args->sustained_peers,
+                  "NAME=MS: a peer's time under sustained load (bench/gpu/peer_regimes.py); the report shows kiln's "
+                  "sustained time next to it (repeatable)");
   cmd->add_option("--seed", args->seed, "seed of the random inputs and weights")->capture_default_str();
   cmd->add_option("--peer", args->peers,
                   "NAME=MS: a peer's time for this model on this device, measured in the same session (e.g. "

@@ -138,12 +138,14 @@ std::string section_waterfall(const json& report) {
   const json& peers = report["peers"];
   if (peers.is_array() && !peers.empty()) {
     s += "<h3>Next to peers on the same model and device</h3><p class=\"note\">Measured outside kiln in the same "
-         "session (<code>--peer</code>); kiln's final Plan timed alone at the end as the peer times itself (5 warm-up calls, "
-         "the median of 30); ratio = kiln / the peer.</p>";
-    s += "<table><tr><th>peer</th><th>time</th><th>kiln final</th><th>kiln / peer</th></tr>";
+         "session. From idle (<code>--peer</code>): kiln's final Plan timed as the peer script times itself, after "
+         "the device idled (5 warm-up calls, the median of 30). Sustained (<code>--peer-sustained</code>): kiln's "
+         "final Plan after running back to back, at the device's steady clocks. Ratio = kiln / the peer.</p>";
+    s += "<table><tr><th>peer</th><th>regime</th><th>time</th><th>kiln final</th><th>kiln / peer</th></tr>";
     for (size_t i = 0; i < peers.size(); ++i) {
       const std::string p = fmt::format("/peers/{}", i);
-      s += "<tr>" + text_cell(peers[i]["name"].get<std::string>()) + figure(report, p + "/seconds", Unit::ms) +
+      s += "<tr>" + text_cell(peers[i]["name"].get<std::string>()) + text_cell(peers[i]["regime"].get<std::string>()) +
+           figure(report, p + "/seconds", Unit::ms) +
            figure(report, p + "/kiln_seconds", Unit::ms) + figure(report, p + "/kiln_over_peer", Unit::ratio) + "</tr>";
     }
     s += "</table>";
@@ -267,8 +269,13 @@ std::string render_report_html(const json& report) {
           figure(report, "/baseline/library_calls", Unit::count, "span") + "). Ran " +
           figure(report, "/elapsed_seconds", Unit::seconds, "span") + " of a " + figure(report, "/budget_seconds", Unit::seconds, "span") +
           " budget.</p>";
-  html += "<p class=\"note\">Final: the Plan timed alone at the end (5 warm-up calls, the median of 30). The kept "
-          "A/B ratios chained from the baseline's time gave " +
+  const bool sustained = report["final"].value("sustained_seconds", 0.0) > 0;
+  html += "<p class=\"note\">Final: the Plan timed alone at the end, after the device idled (5 warm-up calls, the "
+          "median of 30)" +
+          (sustained ? ", and " + figure(report, "/final/sustained_seconds", Unit::ms, "span") +
+                           " under sustained load (after running back to back)"
+                     : std::string()) +
+          ". The kept A/B ratios chained from the baseline's time gave " +
           figure(report, "/final/chained_seconds", Unit::ms, "span") +
           " (each A/B runs its two plans interleaved, at other clocks than one plan under sustained load). Noise: the "
           "baseline A/B'd against itself " +

@@ -87,7 +87,8 @@ nlohmann::json report_json(const agent::OptimizeResult& r, bool knowledge_connec
                 {"library_calls", r.final_summary.library_calls},
                 {"fallbacks", r.final_summary.fallbacks},
                 {"speedup", r.baseline_seconds() / r.final_seconds()},
-                {"chained_seconds", r.final_chained_seconds}};
+                {"chained_seconds", r.final_chained_seconds},
+                {"sustained_seconds", r.final_sustained_seconds}};
   nlohmann::json waterfall = nlohmann::json::array();
   for (const agent::WaterfallEntry& w : r.waterfall) {
     waterfall.push_back({{"label", w.label}, {"level", w.level}, {"seconds", w.seconds}, {"gain_seconds", w.gain_seconds}});
@@ -95,8 +96,11 @@ nlohmann::json report_json(const agent::OptimizeResult& r, bool knowledge_connec
   j["waterfall"] = waterfall;
   nlohmann::json peer_rows = nlohmann::json::array();
   for (const PeerFigure& p : peers) {
-    peer_rows.push_back({{"name", p.name}, {"seconds", p.seconds}, {"kiln_seconds", r.final_seconds()},
-                         {"kiln_over_peer", r.final_seconds() / p.seconds}});
+    // 0 (and a ratio of 0) when kiln's sustained time was not measured.
+    const double kiln = p.sustained ? r.final_sustained_seconds : r.final_seconds();
+    peer_rows.push_back({{"name", p.name}, {"seconds", p.seconds}, {"regime", p.sustained ? "sustained" : "from idle"},
+                         {"kiln_seconds", kiln},
+                         {"kiln_over_peer", kiln / p.seconds}});
   }
   j["peers"] = peer_rows;
   j["breakdown"] = {{"before_seconds", r.baseline_profile.steps_seconds},

@@ -17,9 +17,11 @@ inline constexpr const char* kReportFormat = "kiln-report/1";
 
 // A time measured outside kiln on the same model and device (a peer such as torch.compile, measured in the
 // same session: `kiln optimize --peer NAME=MS`). The report places it next to the final Plan's time.
+// A peer timed under sustained load (`--peer-sustained`) sits next to kiln's sustained figure instead.
 struct PeerFigure {
   std::string name;
   double seconds = 0;
+  bool sustained = false;
 };
 
 // Parses NAME=MILLISECONDS (e.g. "torch.compile=2.53"); the error names what is wrong.

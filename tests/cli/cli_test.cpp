@@ -142,6 +142,8 @@ TEST(Cli, BadInputIsOneClearLine) {
       {"frobnicate", "frobnicate"},
       {"optimize --no-kb --peer torch.compile", "torch.compile"},
       {"optimize --no-kb --peer eager=fast", "fast"},
+      {"optimize --no-kb --sustain 0 --peer-sustained torch.compile=2", "--sustain"},
+      {"optimize --no-kb --peer-sustained torch.compile=-1", "torch.compile=-1"},
   };
   for (const Case& c : cases) {
     auto r = run_kiln(c.args);

@@ -53,7 +53,8 @@ TEST(OnnxCli, OptimizeTakesAnOnnxFileAndItsPlanRunsAgain) {
   const auto out = std::filesystem::temp_directory_path() / ("kiln_onnx_optimize_" + std::to_string(getpid()));
   std::filesystem::remove_all(out);
   CommandResult optimize = kiln("optimize " + kData + "gpt2_block/model.onnx --dim batch=1 --dim seq=8 --budget 20s "
-                                "--no-kb --peer onnxruntime=0.5 -o " + out.string());
+                                "--no-kb --peer onnxruntime=0.5 --peer-sustained onnxruntime=0.6 --settle 0 --sustain 0.2 -o " +
+                                out.string());
   ASSERT_EQ(optimize.exit_code, 0) << optimize.out;
   for (const char* file : {"plan.json", "report.html", "report.json", "trace.json"}) {
     EXPECT_TRUE(std::filesystem::exists(out / file)) << file << " missing; output:\n" << optimize.out;
@@ -61,9 +62,15 @@ TEST(OnnxCli, OptimizeTakesAnOnnxFileAndItsPlanRunsAgain) {
   // A peer's figure given on the command line sits in the report next to the final time.
   std::ifstream report_file(out / "report.json");
   const nlohmann::json report = nlohmann::json::parse(report_file);
-  ASSERT_EQ(report["peers"].size(), 1u);
+  ASSERT_EQ(report["peers"].size(), 2u);
   EXPECT_EQ(report["peers"][0]["name"], "onnxruntime");
   EXPECT_DOUBLE_EQ(report["peers"][0]["seconds"].get<double>(), 0.5e-3);
+  EXPECT_EQ(report["peers"][0]["regime"], "from idle");
+  EXPECT_DOUBLE_EQ(report["peers"][0]["kiln_seconds"].get<double>(), report["final"]["seconds"].get<double>());
+  // The sustained peer sits next to kiln's own sustained time, measured after --sustain seconds back to back.
+  EXPECT_EQ(report["peers"][1]["regime"], "sustained");
+  EXPECT_GT(report["final"]["sustained_seconds"].get<double>(), 0);
+  EXPECT_DOUBLE_EQ(report["peers"][1]["kiln_seconds"].get<double>(), report["final"]["sustained_seconds"].get<double>());
   EXPECT_NE(optimize.out.find("next to onnxruntime"), std::string::npos) << optimize.out;
   // The plan artifact names the ONNX model and its dims: `kiln run --plan` rebuilds and checks it.
   CommandResult run = kiln("run --plan " + (out / "plan.json").string() + " --backend cpu");

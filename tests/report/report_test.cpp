@@ -27,9 +27,10 @@ class ReportTest : public ::testing::Test {
     options.profile = {1, 3};
     options.baseline = testing::slowed_baseline();
     options.extra_opportunities = {testing::drop_planted_rewrites()};
+    options.sustain_seconds = 0.05;
     auto r = agent::optimize(model, testing::mlp_block_inputs(model), testing::agent_cpu_backend(), options);
     ASSERT_TRUE(r.ok()) << r.error().message;
-    report_ = new json(report::report_json(*r, false, {{"torch.compile", 1.5e-3}}));
+    report_ = new json(report::report_json(*r, false, {{"torch.compile", 1.5e-3}, {"torch.compile", 1.7e-3, true}}));
     html_ = new std::string(report::render_report_html(*report_));
   }
   static void TearDownTestSuite() {
@@ -115,7 +116,13 @@ TEST_F(ReportTest, WaterfallAddsUpFromBaselineToFinal) {
 TEST_F(ReportTest, PeersSitNextToTheFinalTime) {
   ASSERT_TRUE(report_ && html_);
   const json& peers = (*report_)["peers"];
-  ASSERT_EQ(peers.size(), 1u);
+  ASSERT_EQ(peers.size(), 2u);
+  EXPECT_EQ(peers[1]["regime"], "sustained");
+  const double sustained = (*report_)["final"]["sustained_seconds"].get<double>();
+  EXPECT_GT(sustained, 0);
+  EXPECT_DOUBLE_EQ(peers[1]["kiln_seconds"].get<double>(), sustained);
+  EXPECT_DOUBLE_EQ(peers[1]["kiln_over_peer"].get<double>(), sustained / 1.7e-3);
+  EXPECT_NE(html_->find("data-k=\"/final/sustained_seconds\""), std::string::npos);
   EXPECT_EQ(peers[0]["name"], "torch.compile");
   EXPECT_DOUBLE_EQ(peers[0]["seconds"].get<double>(), 1.5e-3);
   // The peer is compared with the final Plan timed directly at the end, not with the waterfall's chain of
