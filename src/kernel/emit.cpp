@@ -216,7 +216,7 @@ class CpuDialect final : public Dialect {
   Target target() const override { return Target::cpu; }
   std::string prelude() const override {
     return "#include \"kernel_abi.h\"\n#include <math.h>\n#include <stdint.h>\n#include <stdlib.h>\n#include <string.h>\n"
-           "#if defined(__AVX512BF16__)\n#include <immintrin.h>\n#endif\n"
+           "#if defined(__AVX512BF16__) || defined(__AVX2__)\n#include <immintrin.h>\n#endif\n"
            "#define KILN_FN static inline\n#define KILN_TABLE static const\n#define KILN_INF INFINITY\n"
            "#define KILN_NAN NAN\n"
            "KILN_FN float kiln_as_float(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }\n"
@@ -333,6 +333,9 @@ class CpuDialect final : public Dialect {
   // kiln_store_bf16_row stores a row of f32 values as bf16 with the same bits. AVX-512 BF16 converts 32 values
   // an instruction (round to nearest even, NaNs quieted as here); it flushes f32 subnormals to zero, so a step
   // holding one takes the scalar path. A modulated bf16 layernorm row: 13 -> 17.5 GB/s from cache on this VM.
+  // AVX2 has no conversion: the integer rounding above on 8 lanes, the halves packed (every value fits 16 bits,
+  // so the saturating pack is exact) and put back in order; GCC's own vectorization of the scalar loop took 40% of
+  // a bf16 rmsnorm row from cache on an AVX2 EPYC (session 21).
   std::string bf16_rounding() const override {
     return "KILN_FN uint16_t kiln_bf16_bits(float f) {\n"
            "  const uint32_t u = kiln_as_uint(f);\n"
@@ -352,6 +355,20 @@ class CpuDialect final : public Dialect {
            "      continue;\n"
            "    }\n"
            "    _mm512_storeu_si512((void*)(dst + i), (__m512i)_mm512_cvtne2ps_pbh(hi, lo));\n"
+           "  }\n"
+           "#elif defined(__AVX2__)\n"
+           "  tail = n - n % 16;\n"
+           "  const __m256i bias = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1), quiet = _mm256_set1_epi32(0x40);\n"
+           "  for (int64_t i = 0; i < tail; i += 16) {\n"
+           "    __m256i half[2];\n"
+           "    for (int h = 0; h < 2; ++h) {\n"
+           "      const __m256 f = _mm256_loadu_ps(src + i + 8 * h);\n"
+           "      const __m256i u = _mm256_castps_si256(f), high = _mm256_srli_epi32(u, 16);\n"
+           "      const __m256i rne = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, bias), _mm256_and_si256(high, one)), 16);\n"
+           "      const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(f, f, _CMP_UNORD_Q));\n"
+           "      half[h] = _mm256_blendv_epi8(rne, _mm256_or_si256(high, quiet), nan);\n"
+           "    }\n"
+           "    _mm256_storeu_si256((__m256i*)(dst + i), _mm256_permute4x64_epi64(_mm256_packus_epi32(half[0], half[1]), 0xd8));\n"
            "  }\n"
            "#endif\n"
            "  for (int64_t i = tail; i < n; ++i) dst[i] = kiln_bf16_bits(src[i]);\n"
