@@ -242,16 +242,24 @@ int main(int argc, char** argv) {
       agent::ABOptions ab;
       ab.rounds = 10;
       ab.repetitions = 2;
+      // The tie band as the optimize loop measures it: the unfused plan A/B'd against itself first.
+      auto self = agent::ab_compare(*backend, [&] { return (*u)->execute(); }, [&] { return (*u)->execute(); }, ab);
+      KILN_CHECK(self.ok());
+      const double band = agent::measured_tie_threshold(*self, ab);
+      ab.tie_threshold = band;
       auto verdict = agent::ab_compare(*backend, [&] { return (*u)->execute(); }, [&] { return (*f)->execute(); }, ab);
       KILN_CHECK(verdict.ok());
       const harness::TimingStats& r = verdict->ratio;
       fmt::print("{}: fused plan {:.3f} ms, unfused plan {:.3f} ms; unfused/fused {:.3f}x [{:.3f}, {:.3f}] over {} "
-                 "rounds: {}\n", spec, verdict->b.median * 1e3, verdict->a.median * 1e3, r.median,
-                 r.ci_low, r.ci_high, ab.rounds,
+                 "rounds (ties within {:.1f}%, the unfused plan against itself {:.3f}x [{:.3f}, {:.3f}]): {}\n", spec,
+                 verdict->b.median * 1e3, verdict->a.median * 1e3, r.median, r.ci_low, r.ci_high, ab.rounds, band * 100,
+                 self->ratio.median, self->ratio.ci_low, self->ratio.ci_high,
                  verdict->b_wins ? "fused faster" : verdict->b_loses ? "fused slower" : "no difference beyond noise");
       report["blocks"].push_back({{"model", spec}, {"fused_seconds", verdict->b.median},
                                   {"unfused_seconds", verdict->a.median}, {"unfused_over_fused", r.median},
-                                  {"ratio_ci", {r.ci_low, r.ci_high}}, {"fused_faster", verdict->b_wins}});
+                                  {"ratio_ci", {r.ci_low, r.ci_high}}, {"fused_faster", verdict->b_wins},
+                                  {"tie_threshold", band},
+                                  {"self_ab", {self->ratio.median, self->ratio.ci_low, self->ratio.ci_high}}});
     }
   }
   if (!json_path.empty()) std::ofstream(json_path) << report.dump(1) << "\n";

@@ -86,7 +86,9 @@ TEST_F(ReportTest, EveryFigureOnThePageIsTheJsonValueItNames) {
 TEST_F(ReportTest, WaterfallAddsUpFromBaselineToFinal) {
   ASSERT_TRUE(report_);
   const json& w = (*report_)["waterfall"];
-  ASSERT_GE(w.size(), 3u) << "drop-repeats should have been kept";
+  std::string outcomes;  // what each attempt came to, should drop-repeats not have been kept
+  for (const json& a : (*report_)["attempts"]) outcomes += "\n  " + a["opportunity"].get<std::string>() + ": " + a["reason"].get<std::string>();
+  ASSERT_GE(w.size(), 3u) << "drop-repeats should have been kept; the attempts:" << outcomes;
   EXPECT_EQ(w[0]["level"], "baseline");
   EXPECT_DOUBLE_EQ(w[0]["seconds"].get<double>(), (*report_)["baseline"]["seconds"].get<double>());
   // The last bar is the final Plan timed alone; it may sit above or below where the chained ratios ended.
