@@ -369,12 +369,6 @@ Result<OptimizeResult> Loop::run() {
   KILN_ASSIGN_OR_RETURN(harness::TimingStats t, time_deployed(backend_, current_.replay, ab_));
   result_.baseline_summary = current_.plan->summary();
   result_.waterfall.push_back({"baseline (one kernel per op)", "baseline", t.median, 0});
-  // The baseline against itself: how far an A/B strays from 1 here is the tie band for every A/B that follows.
-  KILN_ASSIGN_OR_RETURN(ABVerdict self, ab_compare(backend_, current_.replay, current_.replay, ab_));
-  ab_.tie_threshold = measured_tie_threshold(self, options_.ab);
-  result_.self_ab = {self.ratio.median, self.ratio.ci_low, self.ratio.ci_high, ab_.tie_threshold};
-  say(fmt::format("the baseline A/B'd against itself: {:.4f}x [{:.4f}, {:.4f}]; ties within {:.1f}%", self.ratio.median,
-                  self.ratio.ci_low, self.ratio.ci_high, ab_.tie_threshold * 100));
   say(fmt::format("baseline: {} kernels + {} library calls, {:.4g} ms end to end", result_.baseline_summary.kernels,
                   result_.baseline_summary.library_calls, t.median * 1e3));
 
@@ -394,15 +388,24 @@ Result<OptimizeResult> Loop::run() {
       result_.plan_reuse_note = why_not;
       say("knowledge base: " + why_not);
     }
-    // No plan for these sizes: the plan of the same structure at the nearest other sizes is the prior.
-    if (!result_.plan_reused) {
-      std::string no_near;
-      const PlanKey key{options_.model_key, plan_structure_hash(model_), graph_input_types(model_)};
-      if (auto near = options_.knowledge->near_plan(key, &no_near)) {
-        try_near_plan(*near);
-      } else {
-        say("knowledge base: " + no_near);
-      }
+  }
+
+  // The baseline against itself: how far an A/B strays from 1 here is the tie band for every A/B that follows
+  // (a reused plan above is timed, not A/B'd, and needs none).
+  KILN_ASSIGN_OR_RETURN(ABVerdict self, ab_compare(backend_, current_.replay, current_.replay, ab_));
+  ab_.tie_threshold = measured_tie_threshold(self, options_.ab);
+  result_.self_ab = {self.ratio.median, self.ratio.ci_low, self.ratio.ci_high, ab_.tie_threshold};
+  say(fmt::format("the baseline A/B'd against itself: {:.4f}x [{:.4f}, {:.4f}]; ties within {:.1f}%", self.ratio.median,
+                  self.ratio.ci_low, self.ratio.ci_high, ab_.tie_threshold * 100));
+
+  // No plan for these sizes: the plan of the same structure at the nearest other sizes is the prior.
+  if (options_.knowledge) {
+    std::string no_near;
+    const PlanKey key{options_.model_key, plan_structure_hash(model_), graph_input_types(model_)};
+    if (auto near = options_.knowledge->near_plan(key, &no_near)) {
+      try_near_plan(*near);
+    } else {
+      say("knowledge base: " + no_near);
     }
   }
 

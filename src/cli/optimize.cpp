@@ -94,8 +94,9 @@ void print_bucket(const std::string& name, const agent::OptimizeResult& r) {
              r.model_key, r.device.name, r.baseline_seconds() * 1e3, r.final_seconds() * 1e3,
              r.baseline_seconds() / r.final_seconds(), r.waterfall.size() - 1, r.attempts.size(), r.elapsed_seconds,
              r.plan_reused ? " (stored plan re-verified)" : "");
-  fmt::print("  final: the Plan timed alone at the end (5 warm-up calls, median of 30); the kept A/B ratios chained "
-             "from the baseline gave {:.4g} ms{}\n", r.final_chained_seconds * 1e3,
+  fmt::print("  final: the Plan timed alone at the end ({} warm-up calls, median of {}); the kept A/B ratios chained "
+             "from the baseline gave {:.4g} ms{}\n", agent::kPeerTiming.warmup, agent::kPeerTiming.repetitions,
+             r.final_chained_seconds * 1e3,
              r.final_sustained_seconds > 0
                  ? fmt::format("; under sustained load {:.4g} ms", r.final_sustained_seconds * 1e3)
                  : std::string());

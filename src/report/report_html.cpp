@@ -277,12 +277,16 @@ std::string render_report_html(const json& report) {
                      : std::string()) +
           ". The kept A/B ratios chained from the baseline's time gave " +
           figure(report, "/final/chained_seconds", Unit::ms, "span") +
-          " (each A/B runs its two plans interleaved, at other clocks than one plan under sustained load). Noise: the "
-          "baseline A/B'd against itself " +
-          figure(report, "/noise/self_ab_ratio", Unit::ratio, "span") + " [" +
-          figure(report, "/noise/self_ab_ci_low", Unit::ratio, "span") + ", " +
-          figure(report, "/noise/self_ab_ci_high", Unit::ratio, "span") + "], so a candidate must win by more than " +
-          figure(report, "/noise/tie_threshold", Unit::percent, "span") + ".</p>";
+          " (each A/B runs its two plans interleaved, at other clocks than one plan under sustained load)." +
+          // A reused stored plan is timed, not A/B'd: no noise was measured for it.
+          (report["noise"]["tie_threshold"].get<double>() > 0
+               ? " Noise: the baseline A/B'd against itself " + figure(report, "/noise/self_ab_ratio", Unit::ratio, "span") +
+                     " [" + figure(report, "/noise/self_ab_ci_low", Unit::ratio, "span") + ", " +
+                     figure(report, "/noise/self_ab_ci_high", Unit::ratio, "span") +
+                     "], so a candidate must win by more than " +
+                     figure(report, "/noise/tie_threshold", Unit::percent, "span") + "."
+               : std::string()) +
+          "</p>";
   if (!report["deployed_capture"].get<bool>()) {
     html += "<p class=\"note\">A plan could not be captured (reference fallbacks); it was timed uncaptured.</p>";
   }
