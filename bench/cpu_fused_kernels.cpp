@@ -26,7 +26,9 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/plan.h"
 #include "harness/inputs.h"
+#include "kernel/emit_cpu.h"
 #include "kernel/kernel_ir.h"
+#include "kernel/schedule.h"
 #include "models/zoo.h"
 #include "passes/fuse_rows.h"
 #include "passes/pipeline.h"
@@ -183,7 +185,7 @@ int main(int argc, char** argv) {
     }
     for (int threads : d.compute_units > 1 ? std::vector<int>{1, d.compute_units} : std::vector<int>{1}) {
       backend::PlanOptions options;
-      options.schedules[kernel::kernel_hash(k)] = kernel::default_schedule(k, kernel::Target::cpu, threads);
+      options.schedules[kernel::kernel_hash(k)] = kernel::default_schedule(k, kernel::Target::cpu, threads, d.cache_bytes);
       double cpu = 0, best = 0;
       // memcpy at the same thread count just before: on a shared machine the bandwidth moves by 2x within
       // minutes, so each kernel is read against the copy measured next to it (both as their fastest runs).
@@ -208,6 +210,48 @@ int main(int argc, char** argv) {
                  "{:3.0f}% of memcpy next to it ({:.2f} GB/s)\n", c.name, c.shape, threads, s * 1e3, k.bytes / s / 1e9, pct,
                  cpu_note, k.bytes / best / 1e9, pct_now, bw_now / 1e9);
       report["kernels"].push_back(record);
+    }
+    // The default schedule at all cores against itself with `tables` or `stream_stores` flipped: interleaved, as
+    // the optimize loop's A/B, so the machine's drift cancels (the kernels' own figures above move by 2x).
+    {
+      const kernel::Schedule base = kernel::default_schedule(k, kernel::Target::cpu, d.compute_units, d.cache_bytes);
+      std::vector<std::pair<std::string, kernel::Schedule>> flips;
+      kernel::Schedule flipped = base;
+      flipped.stream_stores = !base.stream_stores;
+      flips.push_back({"stream_stores", flipped});
+      if (kernel::has_tabulated_exprs(k)) {
+        flipped = base;
+        flipped.tables = !base.tables;
+        flips.push_back({"tables", flipped});
+      }
+      backend::PlanOptions a_options;
+      a_options.schedules[kernel::kernel_hash(k)] = base;
+      auto a = backend::Plan::build(*backend, opt->graph, a_options);
+      KILN_CHECK(a.ok() && (*a)->set_inputs(inputs_of(opt->graph)).ok());
+      for (const auto& [field, schedule] : flips) {
+        backend::PlanOptions b_options;
+        b_options.schedules[kernel::kernel_hash(k)] = schedule;
+        auto b = backend::Plan::build(*backend, opt->graph, b_options);
+        KILN_CHECK(b.ok() && (*b)->set_inputs(inputs_of(opt->graph)).ok());
+        agent::ABOptions ab;
+        ab.rounds = 10;
+        ab.repetitions = 5;
+        auto verdict = agent::ab_compare(*backend, [&] { return (*a)->execute(); }, [&] { return (*b)->execute(); }, ab);
+        KILN_CHECK(verdict.ok());
+        const harness::TimingStats& r = verdict->ratio;
+        const bool on = field == "tables" ? schedule.tables : schedule.stream_stores;
+        // ratio: default / flipped; as "with the field on / off" so the reader need not know the default.
+        const double on_speedup = on ? r.median : 1 / r.median;
+        fmt::print("{:<20} threads={}: {} on vs off: {:.3f}x faster on [{:.3f}, {:.3f}] ({} ms on, {} ms off)\n", c.name,
+                   d.compute_units, field, on_speedup, on ? r.ci_low : 1 / r.ci_high, on ? r.ci_high : 1 / r.ci_low,
+                   fmt::format("{:.3f}", (on ? verdict->b.median : verdict->a.median) * 1e3),
+                   fmt::format("{:.3f}", (on ? verdict->a.median : verdict->b.median) * 1e3));
+        report["flips"].push_back({{"name", c.name}, {"field", field}, {"threads", d.compute_units},
+                                   {"on_seconds", on ? verdict->b.median : verdict->a.median},
+                                   {"off_seconds", on ? verdict->a.median : verdict->b.median},
+                                   {"off_over_on", on_speedup},
+                                   {"percent_of_memcpy_all_cores_on", 100 * k.bytes / (on ? verdict->b.median : verdict->a.median) / bw_all}});
+      }
     }
     auto small_opt = passes::run_pipeline(in_cache[ci].graph);
     KILN_CHECK(small_opt.ok());

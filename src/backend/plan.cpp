@@ -552,7 +552,8 @@ Result<std::unique_ptr<Plan>> Plan::build(Backend& backend, const Graph& graph, 
     auto chosen = options.schedules.find(kernel::kernel_hash(k));
     schedules.push_back(chosen != options.schedules.end()
                             ? chosen->second
-                            : kernel::default_schedule(k, backend.target(), backend.device().compute_units));
+                            : kernel::default_schedule(k, backend.target(), backend.device().compute_units,
+                                                       backend.device().cache_bytes));
     lowered_kernels.push_back(std::move(k));
     steps.push_back(step);
     ++plan->summary_.kernels;

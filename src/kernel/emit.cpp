@@ -27,6 +27,7 @@ struct KernelContext {
   bool any_reduction_exchange = false;
   std::vector<bool> coarse_outputs_only;  // per stage (emit_cpu.h)
   std::vector<bool> row_invariant;        // CPU, per input: converted to f32 once per row range (emit_cpu.h)
+  std::vector<int> tabulated;             // CPU with Schedule::tables, per expression (tabulated_exprs); else empty
 };
 
 // What differs between targets. Everything else the emitter writes once.
@@ -199,6 +200,24 @@ std::string decode_table(DType d) {
   return out + "\n};\n";
 }
 
+// Value table `t` of the CPU dialect (KernelWriter::table_read): `fill` sets kiln_tv@[kiln_b] for the element whose
+// bits are kiln_b. Filled on first use; C++ makes the static's initialization thread-safe.
+std::string value_table(int t, const std::string& fill) {
+  std::string body = fill;
+  for (size_t at = body.find("kiln_tv@"); at != std::string::npos; at = body.find("kiln_tv@", at)) {
+    body.replace(at, 8, "kiln_tv" + std::to_string(t));
+  }
+  return fmt::format("static float kiln_tv{0}[65536];\n"
+                     "static const float* kiln_tab{0}(void) {{\n"
+                     "  static const int kiln_ready = [] {{\n"
+                     "    for (uint32_t kiln_b = 0; kiln_b < 65536; ++kiln_b) {{\n{1}    }}\n"
+                     "    return 1;\n"
+                     "  }}();\n"
+                     "  (void)kiln_ready;\n"
+                     "  return kiln_tv{0};\n"
+                     "}}\n", t, body);
+}
+
 std::string row_vars_code(const Kernel& k, const std::string& row) {
   std::string out;
   int64_t stride = 1;
@@ -257,6 +276,8 @@ class CpuDialect final : public Dialect {
   }
   std::string kernel_end(const KernelContext& c) const override {
     std::string out = "  }\n";
+    // Streamed stores are weakly ordered: fenced once per row range, not per row (a fence waits for the writes).
+    if (c.s.stream_stores) out += "#if defined(__AVX512BF16__) || defined(__AVX2__)\n  _mm_sfence();\n#endif\n";
     for (size_t i = 0; i < c.k.stages.size(); ++i) {
       if (c.buffered[i] && std::max<int64_t>(1, c.k.stages[i].local_size) > 8192) out += fmt::format("  free(s{});\n", i);
     }
@@ -341,12 +362,15 @@ class CpuDialect final : public Dialect {
            "  const uint32_t u = kiln_as_uint(f);\n"
            "  return (uint16_t)(f != f ? (u >> 16) | 0x40u : (u + 0x7fffu + ((u >> 16) & 1u)) >> 16);\n"
            "}\n"
-           "KILN_FN void kiln_store_bf16_row(uint16_t* __restrict dst, const float* __restrict src, int64_t n) {\n"
-           "  int64_t tail = 0;\n"
+           "// stream: non-temporal stores from the first aligned vector on (the lines are not read into the cache first);\n"
+           "// the kernel body fences them once at its end, before its rows are handed back.\n"
+           "KILN_FN void kiln_bf16_row(uint16_t* __restrict dst, const float* __restrict src, int64_t n, int stream) {\n"
+           "  int64_t i = 0;\n"
            "#if defined(__AVX512BF16__)\n"
-           "  tail = n - n % 32;\n"
+           "  if (stream) for (; i < n && ((uintptr_t)(dst + i) & 63); ++i) dst[i] = kiln_bf16_bits(src[i]);\n"
+           "  const int64_t tail = i + (n - i) / 32 * 32;\n"
            "  const __m512i magnitude = _mm512_set1_epi32(0x7fffffff), one = _mm512_set1_epi32(1), top = _mm512_set1_epi32(0x007fffff);\n"
-           "  for (int64_t i = 0; i < tail; i += 32) {\n"
+           "  for (; i < tail; i += 32) {\n"
            "    const __m512 lo = _mm512_loadu_ps(src + i), hi = _mm512_loadu_ps(src + i + 16);\n"
            "    const __m512i mlo = _mm512_sub_epi32(_mm512_and_si512(_mm512_castps_si512(lo), magnitude), one);\n"
            "    const __m512i mhi = _mm512_sub_epi32(_mm512_and_si512(_mm512_castps_si512(hi), magnitude), one);\n"
@@ -354,12 +378,14 @@ class CpuDialect final : public Dialect {
            "      for (int64_t j = i; j < i + 32; ++j) dst[j] = kiln_bf16_bits(src[j]);\n"
            "      continue;\n"
            "    }\n"
-           "    _mm512_storeu_si512((void*)(dst + i), (__m512i)_mm512_cvtne2ps_pbh(hi, lo));\n"
+           "    const __m512i packed = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);\n"
+           "    if (stream) _mm512_stream_si512((__m512i*)(dst + i), packed); else _mm512_storeu_si512((void*)(dst + i), packed);\n"
            "  }\n"
            "#elif defined(__AVX2__)\n"
-           "  tail = n - n % 16;\n"
+           "  if (stream) for (; i < n && ((uintptr_t)(dst + i) & 31); ++i) dst[i] = kiln_bf16_bits(src[i]);\n"
+           "  const int64_t tail = i + (n - i) / 16 * 16;\n"
            "  const __m256i bias = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1), quiet = _mm256_set1_epi32(0x40);\n"
-           "  for (int64_t i = 0; i < tail; i += 16) {\n"
+           "  for (; i < tail; i += 16) {\n"
            "    __m256i half[2];\n"
            "    for (int h = 0; h < 2; ++h) {\n"
            "      const __m256 f = _mm256_loadu_ps(src + i + 8 * h);\n"
@@ -368,11 +394,14 @@ class CpuDialect final : public Dialect {
            "      const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(f, f, _CMP_UNORD_Q));\n"
            "      half[h] = _mm256_blendv_epi8(rne, _mm256_or_si256(high, quiet), nan);\n"
            "    }\n"
-           "    _mm256_storeu_si256((__m256i*)(dst + i), _mm256_permute4x64_epi64(_mm256_packus_epi32(half[0], half[1]), 0xd8));\n"
+           "    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(half[0], half[1]), 0xd8);\n"
+           "    if (stream) _mm256_stream_si256((__m256i*)(dst + i), packed); else _mm256_storeu_si256((__m256i*)(dst + i), packed);\n"
            "  }\n"
            "#endif\n"
-           "  for (int64_t i = tail; i < n; ++i) dst[i] = kiln_bf16_bits(src[i]);\n"
+           "  for (; i < n; ++i) dst[i] = kiln_bf16_bits(src[i]);\n"
            "}\n"
+           "KILN_FN void kiln_store_bf16_row(uint16_t* __restrict dst, const float* __restrict src, int64_t n) { kiln_bf16_row(dst, src, n, 0); }\n"
+           "KILN_FN void kiln_stream_bf16_row(uint16_t* __restrict dst, const float* __restrict src, int64_t n) { kiln_bf16_row(dst, src, n, 1); }\n"
            "KILN_FN float kiln_round_bf16(float f) {\n"
            "  const uint32_t u = kiln_as_uint(f);\n"
            "  return kiln_as_float(f != f ? (u | 0x00400000u) & 0xffff0000u : (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u);\n"
@@ -506,10 +535,11 @@ bool contiguous_in(const IndexExpr& e, int var, int width) {
 
 class KernelWriter {
  public:
-  KernelWriter(const KernelContext& c, const Dialect& d, std::set<DType>& tables) : c_(c), k_(c.k), d_(d), tables_(tables) {}
+  KernelWriter(const KernelContext& c, const Dialect& d, std::set<DType>& tables, std::vector<std::string>& value_tables)
+      : c_(c), k_(c.k), d_(d), tables_(tables), value_tables_(value_tables) {}
 
   std::string write() {
-    std::string out = d_.kernel_begin(c_);
+    std::string out;
     std::vector<size_t> written;
     for (size_t i = 0; i < k_.stages.size(); ++i) {
       if (!(k_.stages[i].optional && !c_.s.cache_row)) written.push_back(i);
@@ -524,7 +554,9 @@ class KernelWriter {
       if (c_.place[i] == RowBuffer::shared) out += d_.barrier();
       out += "    }\n";
     }
-    return out + d_.kernel_end(c_);
+    std::string tables;  // inside the row loop: a load and a predicted branch per row
+    for (int t : used_tables_) tables += fmt::format("    const float* __restrict kiln_t{0} = kiln_tab{0}();\n", t);
+    return d_.kernel_begin(c_) + tables + out + d_.kernel_end(c_);
   }
 
  private:
@@ -678,6 +710,7 @@ class KernelWriter {
     if (it != memo_.end()) return it->second;
     const Expr& e = k_.exprs[id];
     std::string v;
+    if (!c_.tabulated.empty() && c_.tabulated[static_cast<size_t>(id)] >= 0 && !in_table_) return named(id, table_read(id));
     auto operand = [&](size_t i) { return emit(e.operands[i]); };
     switch (e.kind) {
       case ExprKind::load: {
@@ -710,7 +743,7 @@ class KernelWriter {
       }
       case ExprKind::read_stage: {
         const Stage& s = k_.stages[e.stage];
-        if (s.optional && !c_.s.cache_row) {
+        if (s.optional && (!c_.s.cache_row || in_table_)) {  // a table's fill recomputes what a row cache holds
           const std::string name = emit(e.inline_fallback);
           memo_[id] = name;
           return name;
@@ -797,10 +830,40 @@ class KernelWriter {
         break;
       }
     }
+    return named(id, v);
+  }
+
+  std::string named(int id, const std::string& v) {
     const std::string name = "t" + std::to_string(id);
     code_ += indent_ + "const float " + name + " = " + v + ";\n";
     memo_[id] = name;
     return name;
+  }
+
+  // CPU, Schedule::tables: expression `id`, a function of one bf16/f16 element (tabulated_exprs), read from a
+  // table of its 65536 values indexed by the element's bits. The table is a module-level function that fills
+  // it once per process from this same expression written with its load as `kiln_x` and the exact-form
+  // transcendentals, with every rounding the reference does (no coarse forms, no skipped products). Equal
+  // tables of several kernels are one.
+  std::string table_read(int id) {
+    const Expr& load = k_.exprs[static_cast<size_t>(c_.tabulated[static_cast<size_t>(id)])];
+    const KernelParam& p = k_.inputs[static_cast<size_t>(load.param)];
+    KernelWriter fill(c_, d_, tables_, value_tables_);
+    fill.in_table_ = true;
+    fill.indent_ = "      ";
+    fill.memo_[c_.tabulated[static_cast<size_t>(id)]] = "kiln_x";
+    const std::string value = fill.emit(id);
+    const std::string body = fmt::format("      const float kiln_x = kiln_{}_to_f32((uint16_t)kiln_b);\n{}      kiln_tv@[kiln_b] = {};\n",
+                                         dtype_name(p.type.dtype), fill.code_, value);
+    auto at = std::find(value_tables_.begin(), value_tables_.end(), body);
+    const int t = static_cast<int>(at - value_tables_.begin());
+    if (at == value_tables_.end()) value_tables_.push_back(body);
+    used_tables_.insert(t);
+    std::string off = idx(load.offset);
+    if (clamped(load) && !provably_within(load.offset, shape_numel(p.type.shape))) {
+      off = fmt::format("kiln_clamp({}, (kiln_idx){})", off, std::max<int64_t>(0, shape_numel(p.type.shape) - 1));
+    }
+    return fmt::format("kiln_t{}[in{}[{}]]", t, load.param, off);
   }
 
   // A read of a row held in registers (cuda_row_buffers): the reduced value, or the element of the reader's
@@ -984,8 +1047,8 @@ class KernelWriter {
     }
     if (extent < 32 || extent > 16384 || !contiguous_in(s.target, var, 1)) return "";
     const IndexExpr base = index_substitute(s.target, var, IndexExpr::of_constant(0), [&](int v) { return k_.extent(v); });
-    return fmt::format("kiln_store_bf16_row(out{} + r * {} + {}, kiln_ob{}, {});\n", s.output, s.local_size, idx(base), i,
-                       extent);
+    return fmt::format("kiln_{}_bf16_row(out{} + r * {} + {}, kiln_ob{}, {});\n", c_.s.stream_stores ? "stream" : "store",
+                       s.output, s.local_size, idx(base), i, extent);
   }
 
   std::string finalize(const Stage& s, const std::string& acc, const std::string& nan) const {
@@ -1131,6 +1194,9 @@ class KernelWriter {
   const Kernel& k_;
   const Dialect& d_;
   std::set<DType>& tables_;
+  std::vector<std::string>& value_tables_;  // the module's value tables (table_read), by index
+  std::set<int> used_tables_;               // the ones this kernel reads
+  bool in_table_ = false;                   // writing a table's fill: nothing is tabulated inside it
   std::map<int, std::string> memo_;
   // Selects decided per row (write_branches), and how many undecided selects enclose the expression being
   // emitted. A guarded load under decided selects only is in range: the lowering guards a concat piece's
@@ -1217,6 +1283,7 @@ Result<EmittedModule> emit_module(const std::vector<KernelToEmit>& kernels, Targ
   EmittedModule module;
   module.target = target;
   std::set<DType> tables;
+  std::vector<std::string> value_tables;
   std::string bodies;
   std::set<std::string> entries;
   for (const KernelToEmit& item : kernels) {
@@ -1233,7 +1300,7 @@ Result<EmittedModule> emit_module(const std::vector<KernelToEmit>& kernels, Targ
       }
     }
     KernelContext c{k, item.schedule, item.entry, {}, cuda_row_buffers(k, item.schedule), false, false, false, coarse_outputs_only(k),
-                    target == Target::cpu ? row_invariant_inputs(k) : std::vector<bool>(k.inputs.size(), false)};
+                    target == Target::cpu ? row_invariant_inputs(k) : std::vector<bool>(k.inputs.size(), false), {}};
     for (size_t i = 0; i < k.stages.size(); ++i) {
       const Stage& s = k.stages[i];
       if (target == Target::cpu && c.place[i] == RowBuffer::registers) c.place[i] = RowBuffer::shared;
@@ -1242,7 +1309,8 @@ Result<EmittedModule> emit_module(const std::vector<KernelToEmit>& kernels, Targ
       c.any_reduction_exchange = c.any_reduction_exchange || (s.reduce && !general_reduction(s));
     }
     c.int32_indices = target == Target::cuda && indices_fit_int32(k, item.schedule);
-    KernelWriter writer(c, *dialect, tables);
+    if (target == Target::cpu && item.schedule.tables) c.tabulated = tabulated_exprs(k);
+    KernelWriter writer(c, *dialect, tables, value_tables);
     bodies += fmt::format("\n// kernel {} ({} rows of {}), schedule {}\n", k.name, k.rows, shape_to_string(k.row_shape),
                           schedule_to_string(item.schedule));
     bodies += writer.write();
@@ -1263,6 +1331,7 @@ Result<EmittedModule> emit_module(const std::vector<KernelToEmit>& kernels, Targ
                   dialect->prelude() + kCommonHelpersHead + dialect->bf16_rounding() + kCommonHelpersTail +
                   dialect->fp8_conversion();
   for (DType d : tables) module.source += decode_table(d);
+  for (size_t t = 0; t < value_tables.size(); ++t) module.source += value_table(static_cast<int>(t), value_tables[t]);
   module.source += bodies;
   return module;
 }

@@ -243,4 +243,51 @@ std::vector<bool> row_invariant_inputs(const Kernel& k) {
   return out;
 }
 
+std::vector<int> tabulated_exprs(const Kernel& k) {
+  const size_t n = k.exprs.size();
+  // source[id]: the one 16-bit load the value depends on (-1: none, a constant; -2: anything else);
+  // costly[id]: a transcendental op on the way from it.
+  std::vector<int> source(n, -3);
+  std::vector<bool> costly(n, false);
+  auto visit = [&](auto&& self, int id) -> int {
+    if (source[static_cast<size_t>(id)] != -3) return source[static_cast<size_t>(id)];
+    const Expr& e = k.exprs[static_cast<size_t>(id)];
+    int src = -2;
+    if (e.kind == ExprKind::constant) {
+      src = -1;
+    } else if (e.kind == ExprKind::load) {
+      const DType d = k.inputs[static_cast<size_t>(e.param)].type.dtype;
+      src = d == DType::bf16 || d == DType::f16 ? id : -2;
+    } else if (e.kind == ExprKind::read_stage && e.inline_fallback >= 0) {  // a row cache: what it holds
+      src = self(self, e.inline_fallback);
+      costly[static_cast<size_t>(id)] = costly[static_cast<size_t>(e.inline_fallback)];
+    } else if (e.kind == ExprKind::unary || e.kind == ExprKind::binary || e.kind == ExprKind::round) {
+      src = -1;
+      bool cost = (e.kind == ExprKind::unary || e.kind == ExprKind::binary) && op_has_trait(e.op, kTraitTranscendental);
+      for (int o : e.operands) {
+        const int s = self(self, o);
+        cost = cost || costly[static_cast<size_t>(o)];
+        if (s == -1) continue;
+        src = (src == -1 || src == s) && s >= 0 ? s : -2;
+        if (src == -2) break;
+      }
+      costly[static_cast<size_t>(id)] = cost;
+    }
+    source[static_cast<size_t>(id)] = src;
+    return src;
+  };
+  std::vector<int> out(n, -1);
+  for (size_t id = 0; id < n; ++id) {
+    if (visit(visit, static_cast<int>(id)) >= 0 && costly[id]) out[id] = source[id];
+  }
+  return out;
+}
+
+bool has_tabulated_exprs(const Kernel& k) {
+  for (int src : tabulated_exprs(k)) {
+    if (src >= 0) return true;
+  }
+  return false;
+}
+
 }  // namespace kiln::kernel

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "kernel/emit_cpu.h"
+
 namespace kiln::kernel {
 namespace {
 
@@ -208,9 +210,12 @@ std::vector<RowBuffer> cuda_row_buffers(const Kernel& k, const Schedule& s) {
 }
 
 std::string schedule_to_json(const Schedule& s) {
-  const nlohmann::json j = {{"rows_per_task", s.rows_per_task}, {"threads", s.threads},
+  nlohmann::json j = {{"rows_per_task", s.rows_per_task}, {"threads", s.threads},
                             {"threads_per_row", s.threads_per_row}, {"vector_width", s.vector_width},
                             {"cache_row", s.cache_row}, {"unroll", s.unroll}, {"registers", s.registers}};
+  // Written only when set, so a schedule from before these fields keeps its text (and stored recipes match).
+  if (s.tables) j["tables"] = true;
+  if (s.stream_stores) j["stream_stores"] = true;
   return j.dump();
 }
 
@@ -244,16 +249,15 @@ Result<Schedule> schedule_from_json(const std::string& text) {
       KILN_TRY(integer(s.vector_width));
     } else if (key == "unroll") {
       KILN_TRY(integer(s.unroll));
-    } else if (key == "cache_row") {
-      if (!value.is_boolean()) return make_error(ErrorCode::parse_error, "schedule field 'cache_row' must be a boolean");
-      s.cache_row = value.get<bool>();
-    } else if (key == "registers") {
-      if (!value.is_boolean()) return make_error(ErrorCode::parse_error, "schedule field 'registers' must be a boolean");
-      s.registers = value.get<bool>();
+    } else if (key == "registers" || key == "cache_row" || key == "tables" || key == "stream_stores") {
+      if (!value.is_boolean()) return make_error(ErrorCode::parse_error, "schedule field '" + key + "' must be a boolean");
+      (key == "registers" ? s.registers : key == "cache_row" ? s.cache_row : key == "tables" ? s.tables : s.stream_stores) =
+          value.get<bool>();
     } else {
       return make_error(ErrorCode::parse_error,
                         "unknown schedule field '" + key +
-                            "' (fields: rows_per_task, threads, threads_per_row, vector_width, cache_row, unroll, registers)");
+                            "' (fields: rows_per_task, threads, threads_per_row, vector_width, cache_row, unroll, "
+                            "registers, tables, stream_stores)");
     }
   }
   return s;
@@ -267,8 +271,9 @@ int64_t cuda_row_buffer_floats(int64_t local_size, const Schedule& s) {
 }
 
 std::string schedule_to_string(const Schedule& s) {
-  return fmt::format("rows={} threads={} tpr={} vec={} {} unroll={}{}", s.rows_per_task, s.threads, s.threads_per_row,
-                     s.vector_width, s.cache_row ? "cache" : "reread", s.unroll, s.registers ? "" : " smem");
+  return fmt::format("rows={} threads={} tpr={} vec={} {} unroll={}{}{}{}", s.rows_per_task, s.threads, s.threads_per_row,
+                     s.vector_width, s.cache_row ? "cache" : "reread", s.unroll, s.registers ? "" : " smem",
+                     s.tables ? " tables" : "", s.stream_stores ? " stream" : "");
 }
 
 Status can_implement(const Kernel& k, const Schedule& s, Target target) {
@@ -293,7 +298,12 @@ Status can_implement(const Kernel& k, const Schedule& s, Target target) {
       return field_error("threads_per_row", fmt::format("must be 1 on the CPU (rows are split across tasks), got {}",
                                                         s.threads_per_row));
     }
+    if (s.tables && !has_tabulated_exprs(k)) {
+      return field_error("tables", "is set but no value of the kernel is a transcendental of one bf16/f16 element");
+    }
   } else {
+    if (s.tables) return field_error("tables", "is a CPU field (lookup tables are not emitted for CUDA)");
+    if (s.stream_stores) return field_error("stream_stores", "is a CPU field (non-temporal row stores)");
     if (s.threads != 1) return field_error("threads", "is a CPU field; on CUDA use threads_per_row (got " +
                                                           std::to_string(s.threads) + ")");
     // Rows narrower than a warp share one: the block must still be whole warps, which the shuffles of a
@@ -318,7 +328,7 @@ Status can_implement(const Kernel& k, const Schedule& s, Target target) {
   return ok_status();
 }
 
-Schedule default_schedule(const Kernel& k, Target target, int cores) {
+Schedule default_schedule(const Kernel& k, Target target, int cores, int64_t cache_bytes) {
   Schedule s;
   if (target == Target::cuda) {
     // 16 bytes per thread and step (8 bf16, 4 f32) where the row length allows, and a block width that
@@ -362,6 +372,10 @@ Schedule default_schedule(const Kernel& k, Target target, int cores) {
   s.rows_per_task = std::clamp<int64_t>(16384 / row, 1, std::max<int64_t>(1, k.rows / std::max(1, s.threads)));
   s.vector_width = row >= 16 ? 16 : 1;
   s.cache_row = !row_caches_are_cheap(k);
+  s.tables = has_tabulated_exprs(k) && k.rows * row >= kTableMinElements;
+  // Streaming pays where the outputs leave the cache anyway and rows are long: on the 2-core AVX2 VM, rows of
+  // 3072-12288 bf16 wrote 1.03-1.12x faster streamed, the q/k heads' rows of 128 0.88x (session 22, A/B).
+  s.stream_stores = cache_bytes > 0 && k.bytes > static_cast<double>(cache_bytes) && row >= kStreamMinRow;
   return s;
 }
 
@@ -372,6 +386,9 @@ std::vector<Schedule> schedule_space(const Kernel& k, Target target, int cores) 
   for (const Stage& s : k.stages) has_optional = has_optional || s.optional;
   std::vector<bool> caches = has_optional ? std::vector<bool>{true, false} : std::vector<bool>{true};
   if (target == Target::cpu) {
+    const bool tabulable = has_tabulated_exprs(k);
+    // Streaming stores only where the outputs could outgrow a core's share of cache (under 1 MiB they stay).
+    const std::vector<bool> streams = k.bytes > (1 << 20) ? std::vector<bool>{false, true} : std::vector<bool>{false};
     std::vector<int> thread_counts = {1};
     if (cores > 1 && k.rows > 1) thread_counts.push_back(cores);
     for (int threads : thread_counts) {
@@ -380,8 +397,14 @@ std::vector<Schedule> schedule_space(const Kernel& k, Target target, int cores) 
           if (vec > 1 && vec > row) continue;
           for (bool cache : caches) {
             for (int unroll : {1, 4}) {
-              Schedule s{rpt, threads, 1, vec, cache, unroll};
-              if (can_implement(k, s, target).ok()) out.push_back(s);
+              for (bool table : tabulable ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
+                for (bool stream : streams) {
+                  Schedule s{rpt, threads, 1, vec, cache, unroll};
+                  s.tables = table;
+                  s.stream_stores = stream;
+                  if (can_implement(k, s, target).ok()) out.push_back(s);
+                }
+              }
             }
           }
         }

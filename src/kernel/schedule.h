@@ -13,6 +13,11 @@
 //   registers        CUDA: a row buffer whose every element is read only by the thread that wrote it (the
 //                    same vector step of a row of a fixed number of steps) lives in that thread's registers,
 //                    not shared memory: no barrier, no bank to share (cuda_row_buffers)
+//   tables           CPU: every value that is a function of one bf16/f16 element alone and costs a
+//                    transcendental (GELU, SiLU, exp of a loaded value) is read from a 65536-entry table
+//                    the module fills once per process with the exact-form functions (tabulated_exprs)
+//   stream_stores    CPU: bf16 output rows are written with non-temporal stores, which skip reading the
+//                    destination's lines into the cache first (for outputs the cache cannot hold anyway)
 #pragma once
 
 #include <optional>
@@ -31,6 +36,8 @@ struct Schedule {
   bool cache_row = true;
   int unroll = 1;
   bool registers = true;
+  bool tables = false;
+  bool stream_stores = false;
   bool operator==(const Schedule& other) const = default;
 };
 
@@ -97,8 +104,12 @@ std::optional<VectorSpan> offset_in_vector_span(const Kernel& kernel, const Inde
 // Whether `schedule` is valid for `kernel` on `target`; the error names the field and the limit.
 Status can_implement(const Kernel& kernel, const Schedule& schedule, Target target);
 
-// A sensible default for the kernel on the target (what runs before tuning).
-Schedule default_schedule(const Kernel& kernel, Target target, int cores);
+// A sensible default for the kernel on the target (what runs before tuning). On the CPU it reads tables where
+// a call evaluates at least kTableMinElements tabulable values, and streams its stores where the kernel moves
+// more bytes than `cache_bytes` (the last-level cache; 0: never) in rows of at least kStreamMinRow elements.
+inline constexpr int64_t kTableMinElements = 65536;
+inline constexpr int64_t kStreamMinRow = 2048;
+Schedule default_schedule(const Kernel& kernel, Target target, int cores, int64_t cache_bytes = 0);
 
 // The schedules worth trying for the kernel at its exact shapes, every one passing can_implement.
 std::vector<Schedule> schedule_space(const Kernel& kernel, Target target, int cores);

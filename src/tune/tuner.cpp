@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "backend/cpu/cpu_backend.h"
+#include "harness/machine.h"
 #include "harness/task.h"
 #include "kernel/emit.h"
 #include "kernel/kernel_task.h"
@@ -193,7 +194,7 @@ Result<KernelTuneResult> tune_kernel(const Graph& graph, const TuneTask& task, c
   result.label = task.label;
   result.shape = task_shape_text(task);
   result.occurrences = task.occurrences;
-  result.default_schedule = kernel::default_schedule(k, kernel::Target::cpu, cores);
+  result.default_schedule = kernel::default_schedule(k, kernel::Target::cpu, cores, harness::last_level_cache_bytes());
   result.winner = result.default_schedule;
   Schedule default_single = result.default_schedule;
   default_single.threads = 1;

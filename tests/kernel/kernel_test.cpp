@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -15,12 +16,14 @@
 #include "harness/kernel_abi.h"
 #include "harness/verify.h"
 #include "kernel/emit.h"
+#include "kernel/emit_cpu.h"
 #include "kernel/kernel_ir.h"
 #include "kernel/kernel_task.h"
 #include "kernel/schedule.h"
 #include "models/zoo.h"
 #include "passes/fuse_rows.h"
 #include "passes/pipeline.h"
+#include "ref/executor.h"
 
 namespace kiln::kernel {
 namespace {
@@ -127,6 +130,15 @@ TEST(KernelSchedule, JsonRoundTripAndErrors) {
   auto back = schedule_from_json(schedule_to_json(s));
   ASSERT_TRUE(back.ok());
   EXPECT_EQ(*back, s);
+  // tables and stream_stores round-trip, and are written only when set (older schedules keep their text).
+  EXPECT_EQ(schedule_to_json(s).find("tables"), std::string::npos);
+  Schedule t = s;
+  t.tables = true;
+  t.stream_stores = true;
+  auto t_back = schedule_from_json(schedule_to_json(t));
+  ASSERT_TRUE(t_back.ok());
+  EXPECT_EQ(*t_back, t);
+  EXPECT_FALSE(schedule_from_json(R"({"tables": 1})").ok());
   auto bad = schedule_from_json(R"({"rows_per_task": 2, "lanes": 4})");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.error().message.find("lanes"), std::string::npos);
@@ -369,6 +381,187 @@ TEST(KernelSchedule, CpuDefaultRecomputesCheapRowCaches) {
   auto sm = fused_kernel(g);
   ASSERT_TRUE(sm.ok()) << sm.error().message;
   EXPECT_TRUE(default_schedule(sm->second, Target::cpu, 1).cache_row) << kernel_to_text(sm->second);
+}
+
+// A generated CPU kernel compiled with the candidate flags and loaded; `run` calls its kiln_kernel on one bf16
+// input and one bf16 output.
+struct LoadedCpuKernel {
+  std::string dir;
+  void* lib = nullptr;
+  int (*fn)(const kiln_tensor*, int, kiln_tensor*, int) = nullptr;
+  explicit LoadedCpuKernel(const std::string& source) {
+    harness::CompileOptions co;
+    co.flags = kCandidateFlags;
+    co.flags.insert(co.flags.begin(), "-march=native");
+    dir = harness::make_scratch_dir("", "cpu-kernel");
+    const harness::CompiledCandidate built = harness::compile_candidate(source, dir, co);
+    EXPECT_EQ(built.outcome.cls, harness::OutcomeClass::compiled) << built.outcome.evidence.compiler_log;
+    if (built.outcome.cls != harness::OutcomeClass::compiled) return;
+    lib = dlopen(built.library_path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    EXPECT_NE(lib, nullptr) << dlerror();
+    if (lib) fn = reinterpret_cast<decltype(fn)>(dlsym(lib, "kiln_kernel"));
+  }
+  ~LoadedCpuKernel() {
+    if (lib) dlclose(lib);
+    std::filesystem::remove_all(dir);
+  }
+  std::vector<uint16_t> run(std::vector<uint16_t> x, const std::vector<int64_t>& in_shape,
+                            const std::vector<int64_t>& out_shape) const {
+    int64_t out_n = 1;
+    for (int64_t d : out_shape) out_n *= d;
+    std::vector<uint16_t> y(static_cast<size_t>(out_n), 0x7fc1);
+    kiln_tensor in{x.data(), in_shape.data(), static_cast<int>(in_shape.size()), KILN_BF16};
+    kiln_tensor out{y.data(), out_shape.data(), static_cast<int>(out_shape.size()), KILN_BF16};
+    EXPECT_EQ(fn ? fn(&in, 1, &out, 1) : -1, 0);
+    return y;
+  }
+};
+
+Graph unary_bf16_graph(Op op, const Attrs& attrs, int64_t rows, int64_t cols) {
+  Graph g;
+  const ValueId x = *g.add_input("x", {DType::bf16, {rows, cols}}, Binding::per_call);
+  const ValueId y = (*g.add_node(op, {x}, attrs, {"y"}))[0];
+  KILN_CHECK(g.add_output("y", y).ok());
+  return g;
+}
+
+// Schedule::tables: a value that is a transcendental of one bf16 element alone (GELU, SiLU inside SwiGLU, exp)
+// is read from a table of its 65536 values. The harness verifies each such kernel against the reference;
+// the table is filled with the exact-form functions, not the coarse ones; kernels without such a value refuse
+// the field, and CUDA refuses it.
+TEST(KernelEmit, CpuTablesHoldOneElementFunctions) {
+  const Attrs tanh_gelu = {{"approximate", std::string("tanh")}};
+  const std::vector<Graph> graphs = {unary_bf16_graph(Op::gelu, tanh_gelu, 40, 96),
+                                     unary_bf16_graph(Op::swiglu, {}, 9, 192),
+                                     unary_bf16_graph(Op::exp, {}, 5, 64)};
+  for (const Graph& g : graphs) {
+    auto fk = fused_kernel(g);
+    ASSERT_TRUE(fk.ok()) << fk.error().message;
+    const Kernel& k = fk->second;
+    SCOPED_TRACE(kernel_to_text(k));
+    ASSERT_TRUE(has_tabulated_exprs(k));
+    Schedule s = default_schedule(k, Target::cpu, 1);
+    EXPECT_FALSE(s.tables);  // too few elements per call to pay for filling a table
+    s.tables = true;
+    ASSERT_TRUE(can_implement(k, s, Target::cpu).ok());
+    EXPECT_FALSE(can_implement(k, s, Target::cuda).ok());
+    auto source = emit_harness_candidate(k, s);
+    ASSERT_TRUE(source.ok());
+    const std::string body = source->substr(source->find("// kernel"));
+    EXPECT_NE(body.find("kiln_t0[in0["), std::string::npos) << *source;
+    EXPECT_EQ(body.find("kiln_gelu_tanh_c("), std::string::npos);
+    EXPECT_EQ(body.find("kiln_silu_c("), std::string::npos);
+    auto task = kernel_task(fk->first, k);
+    ASSERT_TRUE(task.ok()) << task.error().message;
+    harness::CompileOptions co;
+    co.flags = kCandidateFlags;
+    const harness::CandidateOutcome o = harness::evaluate_candidate(*task, *source, co);
+    EXPECT_EQ(o.cls, harness::OutcomeClass::passed) << o.evidence.summary << "\n" << o.evidence.compiler_log;
+  }
+  auto ln = fused_kernel(layernorm_modulate_graph(DType::bf16, 7, 33));
+  ASSERT_TRUE(ln.ok());
+  EXPECT_FALSE(has_tabulated_exprs(ln->second));  // exp-free, and its values depend on the row's statistics
+  Schedule s = default_schedule(ln->second, Target::cpu, 1);
+  s.tables = true;
+  const Status refused = can_implement(ln->second, s, Target::cpu);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message.find("tables"), std::string::npos) << refused.error().message;
+  // Big enough, the default reads the table, and the space offers both.
+  auto big = fused_kernel(unary_bf16_graph(Op::gelu, tanh_gelu, 64, 3072));
+  ASSERT_TRUE(big.ok());
+  EXPECT_TRUE(default_schedule(big->second, Target::cpu, 2).tables);
+  int with = 0, without = 0;
+  for (const Schedule& x : schedule_space(big->second, Target::cpu, 2)) (x.tables ? with : without)++;
+  EXPECT_GT(with, 0);
+  EXPECT_GT(without, 0);
+}
+
+// Every one of the 65536 bf16 bit patterns (NaNs, infinities, subnormals, zeros) through a tabulated GELU-tanh:
+// non-finite inputs give the reference's value, and every finite one is within one bf16 ulp of the exact value
+// (x / (1 + e^-z) in double, rounded once to bf16) and equal to it but for a few next to a rounding boundary.
+// (The reference's own tail, x < -9, is less accurate than the kernels, so the exact value is the oracle there.)
+TEST(KernelEmit, CpuTableCoversEveryBf16Input) {
+  const Graph g = unary_bf16_graph(Op::gelu, {{"approximate", std::string("tanh")}}, 256, 256);
+  auto fk = fused_kernel(g);
+  ASSERT_TRUE(fk.ok()) << fk.error().message;
+  std::vector<uint16_t> x(65536);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<uint16_t>(i);
+  Tensor input(DType::bf16, {256, 256});
+  std::memcpy(input.data(), x.data(), input.byte_size());
+  auto reference = ref::run_graph(fk->first, {{"x", input}});
+  ASSERT_TRUE(reference.ok()) << reference.error().message;
+  const Tensor& want = reference->at("y");
+  int mismatches = 0;
+  {
+    Schedule s = default_schedule(fk->second, Target::cpu, 1);
+    s.tables = true;
+    auto source = emit_harness_candidate(fk->second, s);
+    ASSERT_TRUE(source.ok());
+    const LoadedCpuKernel kernel(*source);
+    const std::vector<uint16_t> y = kernel.run(x, {256, 256}, {256, 256});
+    for (int64_t i = 0; i < 65536; ++i) {
+      const double xi = bf16_bits_to_double(static_cast<uint16_t>(i)), got = bf16_bits_to_double(y[static_cast<size_t>(i)]);
+      if (!std::isfinite(xi)) {
+        const double w = want.get(i);
+        EXPECT_TRUE(std::isnan(w) ? std::isnan(got) : got == w) << "input bits " << i << ": " << got << " vs " << w;
+        continue;
+      }
+      const double z = 2.0 * std::sqrt(2.0 / M_PI) * (xi + 0.044715 * xi * xi * xi);
+      const uint16_t exact = bf16_bits_from_double(xi / (1.0 + std::exp(-z)));
+      if (y[static_cast<size_t>(i)] == exact || got == bf16_bits_to_double(exact)) continue;  // +-0 alike
+      ++mismatches;
+      const int64_t ulps = std::abs(static_cast<int64_t>(y[static_cast<size_t>(i)] & 0x7fff) - static_cast<int64_t>(exact & 0x7fff));
+      EXPECT_LE(ulps, 1) << "input bits " << i << ": " << got << " vs " << bf16_bits_to_double(exact);
+    }
+  }
+  EXPECT_LT(mismatches, 65536 / 1000) << mismatches;
+}
+
+// Schedule::stream_stores: bf16 output rows written with non-temporal stores from their first 32-byte boundary
+// on, fenced at the end: the same bits as cached stores, for rows that start on and off a 32-byte boundary
+// and lengths that leave a tail; the default streams only long rows of kernels larger than the cache it is told.
+TEST(KernelEmit, CpuStreamedStoresWriteTheSameBits) {
+  const Attrs tanh_gelu = {{"approximate", std::string("tanh")}};
+  for (int64_t cols : {96, 1000, 1037}) {
+    auto fk = fused_kernel(unary_bf16_graph(Op::gelu, tanh_gelu, 7, cols));
+    ASSERT_TRUE(fk.ok()) << fk.error().message;
+    std::vector<uint16_t> x(static_cast<size_t>(7 * cols));
+    for (size_t i = 0; i < x.size(); ++i) x[i] = bf16_bits_from_double(std::sin(0.37 * static_cast<double>(i)) * 6.0);
+    std::vector<uint16_t> outputs[2];
+    for (bool stream : {false, true}) {
+      Schedule s = default_schedule(fk->second, Target::cpu, 1);
+      s.stream_stores = stream;
+      ASSERT_TRUE(can_implement(fk->second, s, Target::cpu).ok());
+      auto source = emit_harness_candidate(fk->second, s);
+      ASSERT_TRUE(source.ok());
+      EXPECT_EQ(source->find("kiln_stream_bf16_row(out0") != std::string::npos, stream) << *source;
+      EXPECT_EQ(source->find("_mm_sfence();\n#endif\n}") != std::string::npos, stream) << *source;
+      // The harness first: a misaligned streamed store (rows of 1000 and 1037 start off 32 bytes) faults in its
+      // worker, not in this process.
+      auto task = kernel_task(fk->first, fk->second);
+      ASSERT_TRUE(task.ok());
+      harness::CompileOptions co;
+      co.flags = kCandidateFlags;
+      co.flags.insert(co.flags.begin(), "-march=native");
+      const harness::CandidateOutcome o = harness::evaluate_candidate(*task, *source, co);
+      ASSERT_EQ(o.cls, harness::OutcomeClass::passed) << o.evidence.summary << "\n" << o.evidence.compiler_log;
+      const LoadedCpuKernel kernel(*source);
+      outputs[stream] = kernel.run(x, {7, cols}, {7, cols});
+    }
+    EXPECT_EQ(outputs[0], outputs[1]) << "cols " << cols;
+  }
+  Schedule cuda;
+  cuda.threads_per_row = 32;
+  cuda.stream_stores = true;
+  auto fk = fused_kernel(unary_bf16_graph(Op::gelu, tanh_gelu, 64, 4096));
+  ASSERT_TRUE(fk.ok());
+  EXPECT_FALSE(can_implement(fk->second, cuda, Target::cuda).ok());
+  EXPECT_FALSE(default_schedule(fk->second, Target::cpu, 2).stream_stores);            // no cache size given
+  EXPECT_TRUE(default_schedule(fk->second, Target::cpu, 2, 1 << 19).stream_stores);    // 1 MiB over 512 KiB
+  EXPECT_FALSE(default_schedule(fk->second, Target::cpu, 2, 64 << 20).stream_stores);  // fits 64 MiB
+  auto heads = fused_kernel(unary_bf16_graph(Op::gelu, tanh_gelu, 8192, 128));  // as long, in rows of 128
+  ASSERT_TRUE(heads.ok());
+  EXPECT_FALSE(default_schedule(heads->second, Target::cpu, 2, 1 << 19).stream_stores);
 }
 
 // The CUDA dialect emits source nvcc accepts, for every fused group of a FLUX block (fp8 included). No GPU
