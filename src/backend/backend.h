@@ -25,7 +25,8 @@ struct DeviceInfo {
   int compute_units = 0;               // cores / SMs
   int64_t cache_bytes = 0;             // last-level cache / L2
   int64_t memory_bytes = 0;            // device memory
-  double bandwidth_bytes_per_second = 0;  // measured: bytes read + written per second by a large copy
+  double bandwidth_bytes_per_second = 0;  // measured: bytes read + written per second by a large copy (CPU: on
+                                          // every thread the backend's kernels use)
   double flops_per_second = 0;            // measured: f32 (CPU) / bf16 (CUDA) GEMM rate
   // The toolchain the device's results depend on; the knowledge base keys recipes by it (kb/fingerprint.h).
   std::string driver;    // "" on the CPU; the CUDA driver version, "13.0"

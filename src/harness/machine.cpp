@@ -6,10 +6,12 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
+#include <vector>
 
 #include "harness/compile.h"
 
@@ -71,18 +73,25 @@ int64_t last_level_cache_bytes() {
 
 namespace {
 
-// The best of five single-threaded copies of a buffer twice the last-level cache (64 MB to 512 MB).
-double measure_memcpy_bandwidth() {
+// The best of five copies of a buffer twice the last-level cache (64 MB to 512 MB), split into `threads` parts
+// copied at once.
+double measure_memcpy_bandwidth(int threads = 1) {
   const size_t bytes = static_cast<size_t>(std::clamp<int64_t>(2 * last_level_cache_bytes(), 64 << 20, 512 << 20));
   std::unique_ptr<char[]> src(new char[bytes]), dst(new char[bytes]);
   std::memset(src.get(), 1, bytes);
   std::memset(dst.get(), 2, bytes);  // fault the pages in before timing
+  const size_t part = bytes / static_cast<size_t>(threads);
   double best = 0;
   for (int rep = 0; rep < 5; ++rep) {
     const auto start = std::chrono::steady_clock::now();
-    std::memcpy(dst.get(), src.get(), bytes);
+    std::vector<std::thread> pool;
+    for (int t = 1; t < threads; ++t) {
+      pool.emplace_back([&, t] { std::memcpy(dst.get() + t * part, src.get() + t * part, part); });
+    }
+    std::memcpy(dst.get(), src.get(), part);
+    for (std::thread& p : pool) p.join();
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    best = std::max(best, 2.0 * static_cast<double>(bytes) / seconds);
+    best = std::max(best, 2.0 * static_cast<double>(part * static_cast<size_t>(threads)) / seconds);
     src[rep] = dst[bytes - 1 - rep];  // keep the copies observable
   }
   return best;
@@ -97,6 +106,16 @@ double memcpy_bandwidth() {
   std::lock_guard<std::mutex> lock(bandwidth_mutex);
   if (bandwidth == 0) bandwidth = measure_memcpy_bandwidth();
   return bandwidth;
+}
+
+double memcpy_bandwidth_on(int threads) {
+  if (threads <= 1) return memcpy_bandwidth();
+  static std::mutex mutex;
+  static std::map<int, double> measured;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto [it, fresh] = measured.try_emplace(threads, 0.0);
+  if (fresh) it->second = measure_memcpy_bandwidth(threads);
+  return it->second;
 }
 
 double remeasure_memcpy_bandwidth() {

@@ -27,6 +27,9 @@ int64_t last_level_cache_bytes();
 // Measured once per process on buffers larger than the last-level cache and cached: bytes moved (read plus
 // written) per second by memcpy, the best of several repetitions (noise only ever slows a copy down).
 double memcpy_bandwidth();
+// The same copy split over `threads` threads at once (each copies its part), measured once per thread count:
+// what a plan whose kernels run on that many threads can stream. 1: memcpy_bandwidth().
+double memcpy_bandwidth_on(int threads);
 // Measures again and keeps the better figure: a first measurement taken while other processes saturated the
 // memory bus would put the floor above what a correct kernel reaches on a quiet moment.
 double remeasure_memcpy_bandwidth();

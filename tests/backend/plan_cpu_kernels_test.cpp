@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "backend/plan.h"
+#include "harness/machine.h"
 #include "plan_test_util.h"
 
 namespace kiln {
@@ -14,6 +15,7 @@ TEST(PlanCpuKernels, TablesAndStreamedStoresMatchTheReferenceOnEveryCore) {
   options.threads = 2;  // several workers fill and read one table at once
   auto backend = backend::make_cpu_backend(options);
   const backend::DeviceInfo& d = backend->device();
+  EXPECT_EQ(d.bandwidth_bytes_per_second, harness::memcpy_bandwidth_on(2));  // the copy runs on its 2 threads too
   // Larger than the cache the backend reports, in rows longer than kStreamMinRow: the default streams.
   const int64_t cols = 4096, rows = std::max<int64_t>(16, 2 * d.cache_bytes / (4 * cols * 2) + 1);
   Graph g;

@@ -71,6 +71,11 @@ TEST(HarnessBench, MachineRecordIsFilledIn) {
   EXPECT_NE(m.compiler.find("g++"), std::string::npos) << m.compiler;
   EXPECT_EQ(m.kiln_version, KILN_VERSION);
   EXPECT_EQ(memcpy_bandwidth(), m.memcpy_bytes_per_second);  // measured once, then cached
+  // Split over threads: measured once per count, and one thread is the single-threaded figure.
+  const double two = memcpy_bandwidth_on(2);
+  EXPECT_GT(two, 1e8);
+  EXPECT_EQ(memcpy_bandwidth_on(2), two);
+  EXPECT_EQ(memcpy_bandwidth_on(1), memcpy_bandwidth());
 }
 
 TEST(HarnessBench, CorrectCandidateGetsAValidFigure) {
