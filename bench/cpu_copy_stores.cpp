@@ -2,7 +2,8 @@
 // non-temporal stores, next to glibc's memcpy, at 1 and 2 threads: the ceiling a generated kernel's row
 // stores can have (a cached store first reads its line: 3 bytes of traffic per 2 written). 24 MiB of bf16 in,
 // 24 MiB out (larger than the last-level cache), read + written bytes per second, best of 7. AVX2 only.
-// Build: g++ -O3 -march=native bench/cpu_copy_stores.cpp -o /tmp/copy_stores -lpthread
+// Build: cmake -DKILN_BUILD_BENCH=ON, then `ninja kiln_cpu_copy_stores`; or by hand:
+//        g++ -O3 -march=native bench/cpu_copy_stores.cpp -o /tmp/copy_stores -lpthread
 #include <immintrin.h>
 
 #include <algorithm>

@@ -9,7 +9,8 @@
 // default schedule is A/B'd against itself with `tables` or `stream_stores` flipped. The blocks are compared as
 // deployed, in the optimize loop's interleaved A/B (agent/ab_gate.h): unfused / fused per round, median and
 // 95% interval.
-// Build: g++ -O2 -std=c++20 -Isrc -DKILN_VERSION='"0.1.0"' bench/cpu_fused_kernels.cpp build/release/libkiln.a \
+// Build: cmake -DKILN_BUILD_BENCH=ON on a configured build, then `ninja kiln_cpu_fused_kernels`; or by hand:
+//        g++ -O2 -std=c++20 -Isrc -DKILN_VERSION='"0.1.0"' bench/cpu_fused_kernels.cpp build/release/libkiln.a \
 //          -lfmt -lopenblas -lsqlite3 -lpthread -ldl -o /tmp/kb
 // Run:   /tmp/kb [--json PATH] [--source NAME] [--quick]
 //   --source NAME  print the generated source of kernel NAME (rmsnorm, layernorm_modulate, ...) and exit
