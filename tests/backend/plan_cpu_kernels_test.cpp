@@ -1,6 +1,7 @@
-// Generated CPU kernels as a Plan runs them (its thread pool, its default schedules): a GELU and a SwiGLU big
-// enough that the default reads their tables and streams their stores, run on every core, match the reference
-// on each call, and the plan's source shows both (so the test cannot pass by running neither).
+// Generated CPU kernels as a Plan runs them (its thread pool, its default schedules): a GELU and a gated SiLU
+// big enough that the default reads tables of stored bits and streams the gated product's rows, run on every
+// core, match the reference on each call; the plan's source shows both (so the test cannot pass by running
+// neither).
 #include <gtest/gtest.h>
 
 #include "backend/plan.h"
@@ -19,16 +20,18 @@ TEST(PlanCpuKernels, TablesAndStreamedStoresMatchTheReferenceOnEveryCore) {
   // Larger than the cache the backend reports, in rows longer than kStreamMinRow: the default streams.
   const int64_t cols = 4096, rows = std::max<int64_t>(16, 2 * d.cache_bytes / (4 * cols * 2) + 1);
   Graph g;
-  const ValueId x = *g.add_input("x", {DType::bf16, {rows, 2 * cols}}, Binding::per_call);
-  const ValueId h = (*g.add_node(Op::swiglu, {x}, {}, {"h"}))[0];
-  const ValueId y = (*g.add_node(Op::gelu, {h}, {{"approximate", std::string("tanh")}}, {"y"}))[0];
+  const ValueId x = *g.add_input("x", {DType::bf16, {rows, cols}}, Binding::per_call);
+  const ValueId gate = *g.add_input("gate", {DType::bf16, {rows, cols}}, Binding::per_call);
+  const ValueId y = (*g.add_node(Op::gelu, {x}, {{"approximate", std::string("tanh")}}, {"y"}))[0];
+  const ValueId s = (*g.add_node(Op::silu, {gate}, {}, {"s"}))[0];
+  const ValueId z = (*g.add_node(Op::mul, {s, x}, {}, {"z"}))[0];
   ASSERT_TRUE(g.add_output("y", y).ok());
-  ASSERT_TRUE(g.add_output("h", h).ok());
+  ASSERT_TRUE(g.add_output("z", z).ok());
   auto plan = backend::Plan::build(*backend, g);
   ASSERT_TRUE(plan.ok()) << plan.error().message;
   const std::string source = (*plan)->source();
-  EXPECT_NE(source.find("kiln_tab0()"), std::string::npos) << source;
-  EXPECT_NE(source.find("kiln_stream_bf16_row(out0"), std::string::npos) << source;
+  EXPECT_NE(source.find("static uint16_t kiln_tv"), std::string::npos) << source;
+  EXPECT_NE(source.find("kiln_stream_bf16_row(out"), std::string::npos) << source;
   for (uint64_t seed : {1, 2}) {
     const auto inputs = models::random_inputs(g, seed);
     auto out = (*plan)->run(inputs);

@@ -426,7 +426,7 @@ Graph unary_bf16_graph(Op op, const Attrs& attrs, int64_t rows, int64_t cols) {
 }
 
 // Schedule::tables: a value that is a transcendental of one bf16 element alone (GELU, SiLU inside SwiGLU, exp)
-// is read from a table of its 65536 values. The harness verifies each such kernel against the reference;
+// is read from a table of its 65536 values (of its bf16 bits where it is the whole stored value). The harness verifies each such kernel against the reference;
 // the table is filled with the exact-form functions, not the coarse ones; kernels without such a value refuse
 // the field, and CUDA refuses it.
 TEST(KernelEmit, CpuTablesHoldOneElementFunctions) {
@@ -434,8 +434,8 @@ TEST(KernelEmit, CpuTablesHoldOneElementFunctions) {
   const std::vector<Graph> graphs = {unary_bf16_graph(Op::gelu, tanh_gelu, 40, 96),
                                      unary_bf16_graph(Op::swiglu, {}, 9, 192),
                                      unary_bf16_graph(Op::exp, {}, 5, 64)};
-  for (const Graph& g : graphs) {
-    auto fk = fused_kernel(g);
+  for (size_t gi = 0; gi < graphs.size(); ++gi) {
+    auto fk = fused_kernel(graphs[gi]);
     ASSERT_TRUE(fk.ok()) << fk.error().message;
     const Kernel& k = fk->second;
     SCOPED_TRACE(kernel_to_text(k));
@@ -449,6 +449,11 @@ TEST(KernelEmit, CpuTablesHoldOneElementFunctions) {
     ASSERT_TRUE(source.ok());
     const std::string body = source->substr(source->find("// kernel"));
     EXPECT_NE(body.find("kiln_t0[in0["), std::string::npos) << *source;
+    // GELU and exp are the whole stored value: a table of its bf16 bits, stored as read. SwiGLU's SiLU is a
+    // part: a table of f32 values, multiplied by the other half.
+    const bool whole = gi != 1;
+    EXPECT_NE(source->find(whole ? "static uint16_t kiln_tv0" : "static float kiln_tv0"), std::string::npos) << *source;
+    EXPECT_EQ(body.find("kiln_store_bf16_row(") == std::string::npos, whole) << *source;
     EXPECT_EQ(body.find("kiln_gelu_tanh_c("), std::string::npos);
     EXPECT_EQ(body.find("kiln_silu_c("), std::string::npos);
     auto task = kernel_task(fk->first, k);
@@ -507,11 +512,16 @@ TEST(KernelEmit, CpuTableCoversEveryBf16Input) {
         continue;
       }
       const double z = 2.0 * std::sqrt(2.0 / M_PI) * (xi + 0.044715 * xi * xi * xi);
-      const uint16_t exact = bf16_bits_from_double(xi / (1.0 + std::exp(-z)));
+      const double e = xi / (1.0 + std::exp(-z));
+      const uint16_t exact = bf16_bits_from_double(e);
       if (y[static_cast<size_t>(i)] == exact || got == bf16_bits_to_double(exact)) continue;  // +-0 alike
       ++mismatches;
       const int64_t ulps = std::abs(static_cast<int64_t>(y[static_cast<size_t>(i)] & 0x7fff) - static_cast<int64_t>(exact & 0x7fff));
       EXPECT_LE(ulps, 1) << "input bits " << i << ": " << got << " vs " << bf16_bits_to_double(exact);
+      // Another bf16 than the exact value's only next to the midpoint between the two: the f32 helper is a few
+      // f32 ulps (2^-22) from exact, the midpoint must be closer than 2^-18 of the value.
+      const double midpoint = 0.5 * (got + bf16_bits_to_double(exact));
+      EXPECT_LE(std::fabs(e - midpoint), std::ldexp(std::fabs(e), -18)) << "input bits " << i << ": " << got << " vs " << e;
     }
   }
   EXPECT_LT(mismatches, 65536 / 1000) << mismatches;
