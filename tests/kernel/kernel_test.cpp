@@ -417,23 +417,25 @@ struct LoadedCpuKernel {
   }
 };
 
-Graph unary_bf16_graph(Op op, const Attrs& attrs, int64_t rows, int64_t cols) {
+Graph unary_bf16_graph(Op op, const Attrs& attrs, int64_t rows, int64_t cols, DType dtype = DType::bf16) {
   Graph g;
-  const ValueId x = *g.add_input("x", {DType::bf16, {rows, cols}}, Binding::per_call);
+  const ValueId x = *g.add_input("x", {dtype, {rows, cols}}, Binding::per_call);
   const ValueId y = (*g.add_node(op, {x}, attrs, {"y"}))[0];
   KILN_CHECK(g.add_output("y", y).ok());
   return g;
 }
 
-// Schedule::tables: a value that is a transcendental of one bf16 element alone (GELU, SiLU inside SwiGLU, exp)
-// is read from a table of its 65536 values (of its bf16 bits where it is the whole stored value). The harness verifies each such kernel against the reference;
+// Schedule::tables: a value that is a transcendental of one bf16/f16 element alone (GELU, SiLU inside SwiGLU,
+// exp, an f16 sigmoid) is read from a table of its 65536 values (of its bf16 bits where it is the whole stored
+// bf16 value). The harness verifies each such kernel against the reference;
 // the table is filled with the exact-form functions, not the coarse ones; kernels without such a value refuse
 // the field, and CUDA refuses it.
 TEST(KernelEmit, CpuTablesHoldOneElementFunctions) {
   const Attrs tanh_gelu = {{"approximate", std::string("tanh")}};
   const std::vector<Graph> graphs = {unary_bf16_graph(Op::gelu, tanh_gelu, 40, 96),
                                      unary_bf16_graph(Op::swiglu, {}, 9, 192),
-                                     unary_bf16_graph(Op::exp, {}, 5, 64)};
+                                     unary_bf16_graph(Op::exp, {}, 5, 64),
+                                     unary_bf16_graph(Op::sigmoid, {}, 6, 48, DType::f16)};
   for (size_t gi = 0; gi < graphs.size(); ++gi) {
     auto fk = fused_kernel(graphs[gi]);
     ASSERT_TRUE(fk.ok()) << fk.error().message;
@@ -449,11 +451,11 @@ TEST(KernelEmit, CpuTablesHoldOneElementFunctions) {
     ASSERT_TRUE(source.ok());
     const std::string body = source->substr(source->find("// kernel"));
     EXPECT_NE(body.find("kiln_t0[in0["), std::string::npos) << *source;
-    // GELU and exp are the whole stored value: a table of its bf16 bits, stored as read. SwiGLU's SiLU is a
-    // part: a table of f32 values, multiplied by the other half.
-    const bool whole = gi != 1;
+    // GELU and exp are the whole stored bf16 value: a table of its bf16 bits, stored as read. SwiGLU's SiLU is
+    // a part: a table of f32 values, multiplied by the other half; so is the f16 sigmoid (an f16 store rounds).
+    const bool whole = gi == 0 || gi == 2;
     EXPECT_NE(source->find(whole ? "static uint16_t kiln_tv0" : "static float kiln_tv0"), std::string::npos) << *source;
-    EXPECT_EQ(body.find("kiln_store_bf16_row(") == std::string::npos, whole) << *source;
+    EXPECT_EQ(body.find("kiln_store_bf16_row(") != std::string::npos, gi == 1) << *source;  // SwiGLU's bf16 row
     EXPECT_EQ(body.find("kiln_gelu_tanh_c("), std::string::npos);
     EXPECT_EQ(body.find("kiln_silu_c("), std::string::npos);
     auto task = kernel_task(fk->first, k);
