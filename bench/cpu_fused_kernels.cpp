@@ -17,10 +17,8 @@
 //   --quick        kernels only, no block
 #include <fmt/format.h>
 
-#include <chrono>
 #include <cstring>
 #include <ctime>
-#include <thread>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -28,6 +26,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/plan.h"
 #include "harness/inputs.h"
+#include "harness/machine.h"
 #include "kernel/emit_cpu.h"
 #include "kernel/kernel_ir.h"
 #include "kernel/schedule.h"
@@ -128,25 +127,6 @@ double plan_seconds(backend::Backend& b, const Graph& g, const backend::PlanOpti
   return t->median_seconds;
 }
 
-// memcpy of 256 MiB split over `threads` threads, read + written bytes per second, best of 5.
-double memcpy_bandwidth_at(int threads) {
-  const size_t bytes = size_t{256} << 20;
-  std::vector<char> src(bytes, 1), dst(bytes, 2);
-  double best = 0;
-  for (int rep = 0; rep < 5; ++rep) {
-    const auto start = std::chrono::steady_clock::now();
-    std::vector<std::thread> pool;
-    const size_t part = bytes / threads;
-    for (int t = 0; t < threads; ++t) {
-      pool.emplace_back([&, t] { std::memcpy(dst.data() + t * part, src.data() + t * part, part); });
-    }
-    for (std::thread& t : pool) t.join();
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    best = std::max(best, 2.0 * static_cast<double>(bytes) / seconds);
-  }
-  return best;
-}
-
 int main(int argc, char** argv) {
   std::string json_path, source_of;
   bool quick = false;
@@ -188,7 +168,7 @@ int main(int argc, char** argv) {
       double cpu = 0, best = 0;
       // memcpy at the same thread count just before: on a shared machine the bandwidth moves by 2x within
       // minutes, so each kernel is read against the copy measured next to it (both as their fastest runs).
-      const double bw_now = memcpy_bandwidth_at(threads);
+      const double bw_now = harness::measure_memcpy_bandwidth(threads);
       const double s = plan_seconds(*backend, opt->graph, options, 20, nullptr, &cpu, &best);
       const double pct = 100 * k.bytes / s / bw;
       const double pct_now = 100 * k.bytes / best / bw_now;
@@ -237,15 +217,14 @@ int main(int argc, char** argv) {
         const bool on = field == "tables" ? schedule.tables : schedule.stream_stores;
         // ratio: default / flipped; as "with the field on / off" so the reader need not know the default.
         const double on_speedup = on ? r.median : 1 / r.median;
-        fmt::print("{:<20} threads={}: {} on vs off: {:.3f}x faster on [{:.3f}, {:.3f}] ({} ms on, {} ms off)\n", c.name,
-                   d.compute_units, field, on_speedup, on ? r.ci_low : 1 / r.ci_high, on ? r.ci_high : 1 / r.ci_low,
-                   fmt::format("{:.3f}", (on ? verdict->b.median : verdict->a.median) * 1e3),
-                   fmt::format("{:.3f}", (on ? verdict->a.median : verdict->b.median) * 1e3));
+        const double on_seconds = on ? verdict->b.median : verdict->a.median;
+        const double off_seconds = on ? verdict->a.median : verdict->b.median;
+        fmt::print("{:<20} threads={}: {} on vs off: {:.3f}x faster on [{:.3f}, {:.3f}] ({:.3f} ms on, {:.3f} ms off)\n",
+                   c.name, d.compute_units, field, on_speedup, on ? r.ci_low : 1 / r.ci_high, on ? r.ci_high : 1 / r.ci_low,
+                   on_seconds * 1e3, off_seconds * 1e3);
         report["flips"].push_back({{"name", c.name}, {"field", field}, {"threads", d.compute_units},
-                                   {"on_seconds", on ? verdict->b.median : verdict->a.median},
-                                   {"off_seconds", on ? verdict->a.median : verdict->b.median},
-                                   {"off_over_on", on_speedup},
-                                   {"percent_of_memcpy_all_cores_on", 100 * k.bytes / (on ? verdict->b.median : verdict->a.median) / bw}});
+                                   {"on_seconds", on_seconds}, {"off_seconds", off_seconds}, {"off_over_on", on_speedup},
+                                   {"percent_of_memcpy_all_cores_on", 100 * k.bytes / on_seconds / bw}});
       }
     }
     auto small_opt = passes::run_pipeline(in_cache[ci].graph);
@@ -254,7 +233,7 @@ int main(int argc, char** argv) {
     backend::PlanOptions options;
     options.schedules[kernel::kernel_hash(small)] = kernel::default_schedule(small, kernel::Target::cpu, 1);
     const double s = plan_seconds(*backend, small_opt->graph, options, 200);
-    const double pct = 100 * small.bytes / s / memcpy_bandwidth_at(1);
+    const double pct = 100 * small.bytes / s / harness::measure_memcpy_bandwidth(1);
     fmt::print("{:<20} bf16{:<22} in cache:  {:8.3f} ms = {:3.0f}% of a 1-thread memcpy if memory were free\n", c.name,
                in_cache[ci].shape, s * 1e3, pct);
     report["in_cache"].push_back({{"name", c.name}, {"shape", in_cache[ci].shape}, {"threads", 1}, {"bytes", small.bytes},

@@ -71,11 +71,7 @@ int64_t last_level_cache_bytes() {
   return kBytes;
 }
 
-namespace {
-
-// The best of five copies of a buffer twice the last-level cache (64 MB to 512 MB), split into `threads` parts
-// copied at once.
-double measure_memcpy_bandwidth(int threads = 1) {
+double measure_memcpy_bandwidth(int threads) {
   const size_t bytes = static_cast<size_t>(std::clamp<int64_t>(2 * last_level_cache_bytes(), 64 << 20, 512 << 20));
   std::unique_ptr<char[]> src(new char[bytes]), dst(new char[bytes]);
   std::memset(src.get(), 1, bytes);
@@ -97,6 +93,8 @@ double measure_memcpy_bandwidth(int threads = 1) {
   return best;
 }
 
+namespace {
+
 std::mutex bandwidth_mutex;
 double bandwidth = 0;  // the best figure measured so far in this process
 
@@ -104,7 +102,7 @@ double bandwidth = 0;  // the best figure measured so far in this process
 
 double memcpy_bandwidth() {
   std::lock_guard<std::mutex> lock(bandwidth_mutex);
-  if (bandwidth == 0) bandwidth = measure_memcpy_bandwidth();
+  if (bandwidth == 0) bandwidth = measure_memcpy_bandwidth(1);
   return bandwidth;
 }
 
@@ -120,7 +118,7 @@ double memcpy_bandwidth_on(int threads) {
 
 double remeasure_memcpy_bandwidth() {
   std::lock_guard<std::mutex> lock(bandwidth_mutex);
-  bandwidth = std::max(bandwidth, measure_memcpy_bandwidth());
+  bandwidth = std::max(bandwidth, measure_memcpy_bandwidth(1));
   return bandwidth;
 }
 

@@ -27,6 +27,9 @@ int64_t last_level_cache_bytes();
 // Measured once per process on buffers larger than the last-level cache and cached: bytes moved (read plus
 // written) per second by memcpy, the best of several repetitions (noise only ever slows a copy down).
 double memcpy_bandwidth();
+// One measurement, not cached: the best of five copies of a buffer twice the last-level cache (64 MB to 512 MB),
+// split into `threads` parts copied at once.
+double measure_memcpy_bandwidth(int threads);
 // The same copy split over `threads` threads at once (each copies its part), measured once per thread count:
 // what a plan whose kernels run on that many threads can stream. 1: memcpy_bandwidth().
 double memcpy_bandwidth_on(int threads);

@@ -200,7 +200,7 @@ std::string decode_table(DType d) {
   return out + "\n};\n";
 }
 
-// A value table of the CPU dialect (KernelWriter::table_read): `fill` sets kiln_tv@[kiln_b], of `type` (float: the
+// A value table of the CPU dialect (KernelWriter::table_read): `fill` sets kiln_v[kiln_b], of `type` (float: the
 // value; uint16_t: its bf16 bits, what a bf16 output stores), for the element whose bits are kiln_b.
 struct ValueTable {
   std::string type, fill;
@@ -209,19 +209,16 @@ struct ValueTable {
 
 // Table `t`'s definition: filled on first use; C++ makes the static's initialization thread-safe.
 std::string value_table(int t, const ValueTable& table) {
-  std::string body = table.fill;
-  for (size_t at = body.find("kiln_tv@"); at != std::string::npos; at = body.find("kiln_tv@", at)) {
-    body.replace(at, 8, "kiln_tv" + std::to_string(t));
-  }
   return fmt::format("static {2} kiln_tv{0}[65536];\n"
                      "static const {2}* kiln_tab{0}(void) {{\n"
                      "  static const int kiln_ready = [] {{\n"
+                     "    {2}* kiln_v = kiln_tv{0};\n"
                      "    for (uint32_t kiln_b = 0; kiln_b < 65536; ++kiln_b) {{\n{1}    }}\n"
                      "    return 1;\n"
                      "  }}();\n"
                      "  (void)kiln_ready;\n"
                      "  return kiln_tv{0};\n"
-                     "}}\n", t, body, table.type);
+                     "}}\n", t, table.fill, table.type);
 }
 
 std::string row_vars_code(const Kernel& k, const std::string& row) {
@@ -723,9 +720,8 @@ class KernelWriter {
     switch (e.kind) {
       case ExprKind::load: {
         const KernelParam& p = k_.inputs[e.param];
-        std::string off = idx(e.offset);
-        const bool clamp = clamped(e) && !provably_within(e.offset, shape_numel(p.type.shape));
-        if (clamp) off = fmt::format("kiln_clamp({}, (kiln_idx){})", off, std::max<int64_t>(0, shape_numel(p.type.shape) - 1));
+        bool clamp = false;
+        const std::string off = offset_of(e, shape_numel(p.type.shape), &clamp);
         if (d_.target() == Target::cpu && c_.row_invariant[static_cast<size_t>(e.param)]) {
           v = fmt::format("kiln_h{}[{}]", e.param, off);
           break;
@@ -760,11 +756,7 @@ class KernelWriter {
           v = register_read(e);
           break;
         }
-        std::string off = idx(e.offset);
-        if (clamped(e) && !provably_within(e.offset, s.local_size)) {
-          off = fmt::format("kiln_clamp({}, (kiln_idx){})", off, std::max<int64_t>(0, s.local_size - 1));
-        }
-        v = d_.buffer(e.stage, off);
+        v = d_.buffer(e.stage, offset_of(e, s.local_size));
         break;
       }
       case ExprKind::constant: v = float_literal(e.value); break;
@@ -862,17 +854,22 @@ class KernelWriter {
     fill.memo_[c_.tabulated[static_cast<size_t>(id)]] = "kiln_x";
     const std::string value = fill.emit(id);
     const ValueTable table{bits ? "uint16_t" : "float",
-                           fmt::format("      const float kiln_x = kiln_{}_to_f32((uint16_t)kiln_b);\n{}      kiln_tv@[kiln_b] = {};\n",
+                           fmt::format("      const float kiln_x = kiln_{}_to_f32((uint16_t)kiln_b);\n{}      kiln_v[kiln_b] = {};\n",
                                        dtype_name(p.type.dtype), fill.code_, bits ? "kiln_bf16_bits(" + value + ")" : value)};
     auto at = std::find(value_tables_.begin(), value_tables_.end(), table);
     const int t = static_cast<int>(at - value_tables_.begin());
     if (at == value_tables_.end()) value_tables_.push_back(table);
     used_tables_.insert(t);
-    std::string off = idx(load.offset);
-    if (clamped(load) && !provably_within(load.offset, shape_numel(p.type.shape))) {
-      off = fmt::format("kiln_clamp({}, (kiln_idx){})", off, std::max<int64_t>(0, shape_numel(p.type.shape) - 1));
-    }
-    return fmt::format("kiln_t{}[in{}[{}]]", t, load.param, off);
+    return fmt::format("kiln_t{}[in{}[{}]]", t, load.param, offset_of(load, shape_numel(p.type.shape)));
+  }
+
+  // The offset a load or row-buffer read of `e` indexes, clamped into [0, size) where a select may send it
+  // outside (`clamp` says whether it was).
+  std::string offset_of(const Expr& e, int64_t size, bool* clamp = nullptr) const {
+    const bool clamps = clamped(e) && !provably_within(e.offset, size);
+    if (clamp) *clamp = clamps;
+    const std::string off = idx(e.offset);
+    return clamps ? fmt::format("kiln_clamp({}, (kiln_idx){})", off, std::max<int64_t>(0, size - 1)) : off;
   }
 
   // A read of a row held in registers (cuda_row_buffers): the reduced value, or the element of the reader's

@@ -99,7 +99,7 @@ class CpuBackend final : public Backend {
     info_.compute_units = cores;
     info_.cache_bytes = harness::last_level_cache_bytes();
     info_.memory_bytes = physical_memory();
-    // The plan's kernels run on every pool thread, so its copy does too (one core streams ~60% of two here).
+    // The plan's kernels run on every pool thread, so its copy does too (one core streamed 54-66% of what two did on the dev VM).
     info_.bandwidth_bytes_per_second = harness::memcpy_bandwidth_on(threads);
     info_.flops_per_second = measured_sgemm_flops();
     info_.compiler = harness::compiler_version(options_.compiler);
