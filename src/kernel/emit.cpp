@@ -28,6 +28,10 @@ struct KernelContext {
   std::vector<bool> coarse_outputs_only;  // per stage (emit_cpu.h)
   std::vector<bool> row_invariant;        // CPU, per input: converted to f32 once per row range (emit_cpu.h)
   std::vector<int> tabulated;             // CPU with Schedule::tables, per expression (tabulated_exprs); else empty
+  bool pairs = false;                     // CPU with Schedule::pairs: stages with a loop run over bf16 words
+  std::vector<bool> pair_rows;            // with pairs, per input: kept in f32 as its evens, then its odds
+  // CPU, per input: read from an f32 copy made once per row range (kiln_h<i>).
+  bool hoisted(size_t i) const { return row_invariant[i] || (pairs && pair_rows[i]); }
 };
 
 // What differs between targets. Everything else the emitter writes once.
@@ -58,8 +62,10 @@ class Dialect {
   virtual std::string bf16_rounding() const = 0;
   // After the shared helpers: a dialect's own kiln_f8e4m3_bits (float -> e4m3 bits), or "" for the shared one.
   virtual std::string fp8_conversion() const { return ""; }
-  // Before the last pass over a row of a kernel with several: code that starts loading a later row's inputs.
-  virtual std::string next_row_prefetch(const KernelContext& c) const = 0;
+  // Code that starts loading a later row's inputs, in a kernel with several passes over a row. With `blocks` 0:
+  // all of it, placed before the row's last pass. Otherwise the `blocks`-th part of it, placed in each step of
+  // the row's first pass (a loop over `blocks` steps whose number is `step`).
+  virtual std::string next_row_prefetch(const KernelContext& c, int64_t blocks = 0, const std::string& step = "") const = 0;
 };
 
 const char* storage_type(DType d) {
@@ -268,11 +274,28 @@ class CpuDialect final : public Dialect {
       }
     }
     for (size_t i = 0; i < c.k.inputs.size(); ++i) {
-      if (!c.row_invariant[i]) continue;
+      if (!c.hoisted(i)) continue;
       const int64_t n = shape_numel(c.k.inputs[i].type.shape);
-      out += fmt::format("  float kiln_h{0}[{1}];  // every row reads in{0} alike: converted once\n"
-                         "  for (int64_t kiln_j = 0; kiln_j < {1}; ++kiln_j) kiln_h{0}[kiln_j] = kiln_{2}_to_f32(in{0}[kiln_j]);\n",
-                         i, n, dtype_name(c.k.inputs[i].type.dtype));
+      const DType dtype = c.k.inputs[i].type.dtype;
+      out += fmt::format("  float kiln_h{0}[{1}];  // every row reads in{0} alike: converted once\n", i, n);
+      if (!(c.pairs && c.pair_rows[i])) {
+        out += fmt::format("  for (int64_t kiln_j = 0; kiln_j < {1}; ++kiln_j) kiln_h{0}[kiln_j] = kiln_{2}_to_f32(in{0}[kiln_j]);\n",
+                           i, n, dtype_name(dtype));
+      } else if (dtype == DType::bf16) {  // read by paired loops: its even elements, then its odd ones
+        out += fmt::format("  for (int64_t kiln_j = 0; kiln_j < {1}; ++kiln_j) {{\n"
+                           "    const uint32_t kiln_w = kiln_word(in{0} + 2 * kiln_j);\n"
+                           "    kiln_h{0}[kiln_j] = kiln_as_float(kiln_w << 16);\n"
+                           "    kiln_h{0}[{1} + kiln_j] = kiln_as_float(kiln_w & 0xffff0000u);\n"
+                           "  }}\n",
+                           i, n / 2);
+      } else {
+        const std::string load = dtype == DType::f32 ? "" : fmt::format("kiln_{}_to_f32", dtype_name(dtype));
+        out += fmt::format("  for (int64_t kiln_j = 0; kiln_j < {1}; ++kiln_j) {{\n"
+                           "    kiln_h{0}[kiln_j] = {2}(in{0}[2 * kiln_j]);\n"
+                           "    kiln_h{0}[{1} + kiln_j] = {2}(in{0}[2 * kiln_j + 1]);\n"
+                           "  }}\n",
+                           i, n / 2, load);
+      }
     }
     out += "  for (int64_t r = kiln_r0; r < kiln_r1; ++r) {\n" + row_vars_code(c.k, "r");
     return out;
@@ -334,20 +357,36 @@ class CpuDialect final : public Dialect {
       default: return "";
     }
   }
-  // The last pass over row r works from cache (the row was read by the passes before it) and asks nothing
-  // of memory, so it prefetches the inputs of row r + d (d rows >= 2 KiB ahead) for the next row's first
-  // pass: 10-20% on bf16 norms on this 2-core VM, where the hardware prefetcher idles meanwhile.
-  std::string next_row_prefetch(const KernelContext& c) const override {
+  // The passes after the first over row r work from cache and ask nothing of memory, so the kernel prefetches
+  // the inputs of row r + d (d rows >= 2 KiB ahead) meanwhile: 10-20% on bf16 norms on this 2-core VM, where
+  // the hardware prefetcher idles. Spread over the first pass (a part per step), the requests overlap the
+  // row's own misses instead of queueing together: a bf16 rmsnorm [4096, 3072] at 2 threads went from 11.0 to
+  // 13.2 GB/s, a modulated layernorm from 10.9 to 12.2 (session 23), against prefetching the row at once before
+  // the last pass.
+  std::string next_row_prefetch(const KernelContext& c, int64_t blocks, const std::string& step) const override {
     std::string out;
     const std::vector<int64_t> row_bytes = row_block_bytes(c.k);
     for (size_t p = 0; p < row_bytes.size(); ++p) {
       if (row_bytes[p] < 64) continue;
       const int64_t ahead = (2048 + row_bytes[p] - 1) / row_bytes[p];
-      out += fmt::format("    if (r + {0} < {1}) {{  // prefetch row r + {0} of in{2}\n"
-                         "      const char* kiln_pf = (const char*)in{2} + (r + {0}) * {3}LL;\n"
-                         "      for (int64_t kiln_b = 0; kiln_b < {3}; kiln_b += 64) __builtin_prefetch(kiln_pf + kiln_b, 0, 3);\n"
-                         "    }}\n",
-                         ahead, c.k.rows, p, row_bytes[p]);
+      const std::string base = fmt::format("(const char*)in{} + (r + {}) * {}LL", p, ahead, row_bytes[p]);
+      if (blocks == 0) {
+        out += fmt::format("    if (r + {0} < {1}) {{  // prefetch row r + {0} of in{2}\n"
+                           "      const char* kiln_pf = {3};\n"
+                           "      for (int64_t kiln_b = 0; kiln_b < {4}; kiln_b += 64) __builtin_prefetch(kiln_pf + kiln_b, 0, 3);\n"
+                           "    }}\n",
+                           ahead, c.k.rows, p, base, row_bytes[p]);
+        continue;
+      }
+      // Each step's part in whole lines; the last steps' parts may reach past the row, where a prefetch is
+      // harmless (it never faults).
+      const int64_t part = (row_bytes[p] + blocks - 1) / blocks;
+      const int64_t lines = (part + 63) / 64;
+      out += fmt::format("if (r + {0} < {1}) {{  // prefetch row r + {0} of in{2}, part by part\n"
+                         "  const char* kiln_pf = {3} + ({4}) * {5}LL;\n"
+                         "  for (int64_t kiln_b = 0; kiln_b < {5}; kiln_b += 64) __builtin_prefetch(kiln_pf + kiln_b, 0, 3);\n"
+                         "}}\n",
+                         ahead, c.k.rows, p, base, step, lines * 64);
     }
     return out;
   }
@@ -408,6 +447,25 @@ class CpuDialect final : public Dialect {
            "KILN_FN float kiln_round_bf16(float f) {\n"
            "  const uint32_t u = kiln_as_uint(f);\n"
            "  return kiln_as_float(f != f ? (u | 0x00400000u) & 0xffff0000u : (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u);\n"
+           "}\n"
+           "// Schedule::pairs: elements 2s and 2s + 1 as one word (the even one in the low half), read and written through\n"
+           "// memcpy (any 2-byte alignment). The pair is rounded with kiln_bf16_rne_high: no pack, no permute.\n"
+           "KILN_FN uint32_t kiln_word(const uint16_t* p) { uint32_t w; memcpy(&w, p, 4); return w; }\n"
+           "KILN_FN void kiln_put_word(uint16_t* p, uint32_t w) { memcpy(p, &w, 4); }\n"
+           "KILN_FN uint32_t kiln_bf16_pair(float even, float odd) {\n"
+           "  return kiln_bf16_rne_high(kiln_as_uint(odd)) | (kiln_bf16_rne_high(kiln_as_uint(even)) >> 16);\n"
+           "}\n"
+           "// n words of a row buffer stored with non-temporal stores from the first 32-byte boundary (when dst is\n"
+           "// word-aligned); the kernel body fences them at its end.\n"
+           "KILN_FN void kiln_stream_words(uint16_t* __restrict dst, const uint32_t* __restrict src, int64_t n) {\n"
+           "  int64_t i = 0;\n"
+           "#if defined(__AVX2__)\n"
+           "  if (((uintptr_t)dst & 3) == 0) {\n"
+           "    for (; i < n && ((uintptr_t)(dst + 2 * i) & 31); ++i) kiln_put_word(dst + 2 * i, src[i]);\n"
+           "    for (; i + 8 <= n; i += 8) _mm256_stream_si256((__m256i*)(dst + 2 * i), _mm256_loadu_si256((const __m256i*)(src + i)));\n"
+           "  }\n"
+           "#endif\n"
+           "  for (; i < n; ++i) kiln_put_word(dst + 2 * i, src[i]);\n"
            "}\n";
   }
 };
@@ -512,7 +570,7 @@ class CudaDialect final : public Dialect {
   std::string math_call(Op, bool, bool, const std::string&) const override { return ""; }  // CUDA's libm intrinsics
   std::string bf16_rounding() const override { return kBf16RoundingCuda; }
   std::string fp8_conversion() const override { return kFp8ConversionCuda; }
-  std::string next_row_prefetch(const KernelContext&) const override { return ""; }
+  std::string next_row_prefetch(const KernelContext&, int64_t, const std::string&) const override { return ""; }
 };
 
 // ---- the shared part ----
@@ -548,9 +606,10 @@ class KernelWriter {
       if (!(k_.stages[i].optional && !c_.s.cache_row)) written.push_back(i);
     }
     const bool several_passes = written.size() > 1 && k_.has_reduction();
+    if (several_passes) prefetch_stage_ = static_cast<int>(written.front());
     for (size_t i : written) {
       const Stage& s = k_.stages[i];
-      if (several_passes && i == written.back()) out += d_.next_row_prefetch(c_);
+      if (several_passes && i == written.back() && !prefetch_spread_) out += d_.next_row_prefetch(c_);
       out += fmt::format("    {{ // stage {}: %{} {}\n", i, s.name, type_to_string(s.type));
       out += write_branches(static_cast<int>(i), 0);
       // Only a shared buffer is read by other threads than its writer (a reduction's exchange has its own).
@@ -566,6 +625,7 @@ class KernelWriter {
 
  private:
   std::string idx(const IndexExpr& e) const {
+    if (pair_.var >= 0 && index_mentions(e, pair_.var)) return index_to_c(pair_index(e), [&](int v) { return pair_var_name(v); });
     if (!vector_mode_ || vec_.var < 0 || !index_mentions(e, vec_.var)) return index_to_c(e, var_name);
     return index_to_c(split_vector_var(k_, e, vec_.var, c_.s.vector_width), [&](int v) {
       return v == vector_step_var(k_) ? std::string("kiln_vs") : v == vector_lane_var(k_) ? std::string("kiln_vj") : var_name(v);
@@ -582,6 +642,24 @@ class KernelWriter {
                                : index_range(e, [&](int v) { return k_.extent(v); });
     return r.lo >= 0 && r.hi < size;
   }
+  // Inside a paired loop (Schedule::pairs): `e` at the current half's element, 2 * kiln_p + half.
+  IndexExpr pair_index(const IndexExpr& e) const {
+    const IndexExpr split = split_vector_var(k_, e, pair_.var, 2);
+    return index_substitute(split, vector_lane_var(k_), IndexExpr::of_constant(pair_.half), vector_split_extents(k_, pair_.var, 2));
+  }
+  std::string pair_var_name(int v) const { return v == vector_step_var(k_) ? std::string("kiln_p") : var_name(v); }
+  // The stage's one loop axis when it runs paired, else -1.
+  int pair_axis(const Stage& s) const {
+    if (!c_.pairs) return -1;
+    int axis = -1;
+    for (size_t a = 0; a < s.space.size(); ++a) {
+      if (s.space_vars[a] < 0) continue;
+      if (axis >= 0) return -1;
+      axis = static_cast<int>(a);
+    }
+    return axis;
+  }
+
   // The expression at the first element of the current vector step (the vector variable at kiln_vb).
   std::string idx_at_vector_base(const IndexExpr& e) const {
     return index_to_c(e, [&](int v) { return v == vec_.var ? std::string("kiln_vb") : var_name(v); });
@@ -720,10 +798,16 @@ class KernelWriter {
     switch (e.kind) {
       case ExprKind::load: {
         const KernelParam& p = k_.inputs[e.param];
+        if (pair_.var >= 0 && index_mentions(e.offset, pair_.var)) {
+          v = pair_load(id, e);
+          break;
+        }
         bool clamp = false;
         const std::string off = offset_of(e, shape_numel(p.type.shape), &clamp);
-        if (d_.target() == Target::cpu && c_.row_invariant[static_cast<size_t>(e.param)]) {
-          v = fmt::format("kiln_h{}[{}]", e.param, off);
+        if (d_.target() == Target::cpu && c_.hoisted(static_cast<size_t>(e.param))) {
+          const bool split = c_.pairs && c_.pair_rows[static_cast<size_t>(e.param)];  // kept evens, then odds
+          v = split ? fmt::format("kiln_h{0}[(({1}) & 1) * {2} + (({1}) >> 1)]", e.param, off, shape_numel(p.type.shape) / 2)
+                    : fmt::format("kiln_h{}[{}]", e.param, off);
           break;
         }
         std::string ref = fmt::format("in{}[{}]", e.param, off);
@@ -833,8 +917,28 @@ class KernelWriter {
     return named(id, v);
   }
 
+  // A load along a paired loop (pair_plan guarantees one of these): a row converted once, kept evens then odds,
+  // read at half the even element's offset; or the bf16 word of elements 2 * kiln_p and 2 * kiln_p + 1, read
+  // once for both halves, the even element its low half.
+  std::string pair_load(int id, const Expr& e) {
+    const int half = pair_.half;
+    pair_.half = 0;
+    const IndexExpr even = pair_index(e.offset);
+    pair_.half = half;
+    const auto c_name = [&](int v) { return pair_var_name(v); };
+    if (c_.hoisted(static_cast<size_t>(e.param))) {
+      const int64_t n = shape_numel(k_.inputs[static_cast<size_t>(e.param)].type.shape);
+      const std::optional<IndexExpr> at = halved(even);
+      KILN_CHECK(at.has_value());
+      return fmt::format("kiln_h{}[{}{}]", e.param, half == 0 ? "" : std::to_string(n / 2) + " + ", index_to_c(*at, c_name));
+    }
+    auto [it, fresh] = pair_.words.try_emplace(id, "kiln_w" + std::to_string(id));
+    if (fresh) code_ += indent_ + fmt::format("const uint32_t {} = kiln_word(in{} + {});\n", it->second, e.param, index_to_c(even, c_name));
+    return half == 0 ? fmt::format("kiln_as_float({} << 16)", it->second) : fmt::format("kiln_as_float({} & 0xffff0000u)", it->second);
+  }
+
   std::string named(int id, const std::string& v) {
-    const std::string name = "t" + std::to_string(id);
+    const std::string name = "t" + std::to_string(id) + (pair_.var < 0 ? "" : pair_.half == 0 ? "e" : "o");
     code_ += indent_ + "const float " + name + " = " + v + ";\n";
     memo_[id] = name;
     return name;
@@ -992,6 +1096,10 @@ class KernelWriter {
     const bool spread_threads = d_.spreads_rows();
     if (inner < 0 && spread_threads) code_ += indent_ + d_.single_writer_open();
     if (write_stored_bits_table(i)) return;
+    if (pair_axis(s) >= 0) {
+      write_paired_elementwise(i, pair_axis(s));
+      return;
+    }
     // CPU: a bf16 output along the stage's only loop goes into an f32 row buffer, stored by kiln_store_bf16_row.
     const std::string row_store = cpu_row_store(i, inner);
     if (!row_store.empty()) {
@@ -1040,6 +1148,54 @@ class KernelWriter {
     close_all(0);
     if (!row_store.empty()) code_ += indent_ + row_store;
     if (inner < 0 && spread_threads) code_ += indent_ + d_.single_writer_close();
+  }
+
+  // Schedule::pairs: the stage's one loop runs over words of two elements (pair_plan); its value is written
+  // for the even and then the odd element, and a bf16 output takes both as one word (through a row of words,
+  // streamed, under stream_stores).
+  void write_paired_elementwise(int i, int axis) {
+    const Stage& s = k_.stages[static_cast<size_t>(i)];
+    const int var = s.space_vars[static_cast<size_t>(axis)];
+    const int64_t words = s.space[static_cast<size_t>(axis)] / 2;
+    const bool stored = s.output >= 0;
+    const bool streamed = stored && c_.s.stream_stores && contiguous_in(s.target, var, 1);
+    if (streamed) code_ += indent_ + fmt::format("alignas(64) uint32_t kiln_ow{}[{}];\n", i, words);
+    code_ += indent_ + d_.loop_open("kiln_p", words, true, c_.s, "");
+    indent_ += "  ";
+    ++open_loops_;
+    pair_.var = var;
+    pair_.words.clear();
+    // As write_elementwise: a value rounded to bf16 only to be stored is stored from its operand (the pair's
+    // rounding is the same), and bf16 products stay f32 where only bf16 outputs see them.
+    const Expr& root = k_.exprs[s.expr];
+    const bool store_unrounded = stored && !c_.buffered[i] && root.kind == ExprKind::round && root.dtype == DType::bf16 &&
+                                 !rounds_in_double(root);
+    keep_products_ = c_.coarse_outputs_only[i];
+    root_ = store_unrounded ? root.operands[0] : s.expr;
+    std::string value[2];
+    for (int half = 0; half < 2; ++half) {
+      pair_.half = half;
+      memo_.clear();
+      value[half] = emit(root_);
+      if (c_.buffered[i]) code_ += indent_ + d_.buffer(i, idx(s.target)) + " = " + value[half] + ";\n";
+    }
+    keep_products_ = false;
+    pair_.half = 0;
+    if (stored) {
+      const std::string word = fmt::format("kiln_bf16_pair({}, {})", value[0], value[1]);
+      if (streamed) {
+        code_ += indent_ + fmt::format("kiln_ow{}[kiln_p] = {};\n", i, word);
+      } else {
+        code_ += indent_ + fmt::format("kiln_put_word(out{} + r * {} + {}, {});\n", s.output, s.local_size, idx(s.target), word);
+      }
+    }
+    pair_.var = -1;
+    close_all(0);
+    if (streamed) {
+      const IndexExpr base = index_substitute(s.target, var, IndexExpr::of_constant(0), [&](int v) { return k_.extent(v); });
+      code_ += indent_ + fmt::format("kiln_stream_words(out{} + r * {} + {}, kiln_ow{}, {});\n", s.output, s.local_size,
+                                     idx(base), i, words);
+    }
   }
 
   // CPU, Schedule::tables: a bf16 output stage whose whole value is tabulated stores its bits straight from a table
@@ -1107,21 +1263,46 @@ class KernelWriter {
     if (flag) code_ += indent_ + fmt::format("for (int kiln_j = 0; kiln_j < {}; ++kiln_j) {}[kiln_j] = 0;\n", kLanes, flags);
     const int outer_loops = open_loops_;
     for (size_t a = first_reduced; a < static_cast<size_t>(inner); ++a) open(s, a, false);
-    const int64_t extent = s.space[static_cast<size_t>(inner)];
+    // Paired (Schedule::pairs): the lanes take words of two elements, each accumulating both.
+    const int pair = pair_axis(s) == inner ? s.space_vars[static_cast<size_t>(inner)] : -1;
+    const int64_t extent = s.space[static_cast<size_t>(inner)] / (pair >= 0 ? 2 : 1);
     const int64_t last = extent % kLanes, full = extent - last;
     auto block = [&](const std::string& base, int64_t lanes) {
       code_ += indent_ + d_.loop_open("kiln_vj", lanes, true, c_.s, "");
       indent_ += "  ";
-      code_ += indent_ + fmt::format("const int64_t {} = {} + kiln_vj;\n", var_name(s.space_vars[static_cast<size_t>(inner)]), base);
-      memo_.clear();  // every name emitted so far lives in the other block's body
-      const std::string x = emit(s.expr);
-      code_ += indent_ + update(x, parts + "[kiln_vj]", flag, flags + "[kiln_vj]");
+      if (pair >= 0) {
+        code_ += indent_ + fmt::format("const int64_t kiln_p = {} + kiln_vj;\n", base);
+        pair_.var = pair;
+        pair_.words.clear();
+        for (int half = 0; half < 2; ++half) {
+          pair_.half = half;
+          memo_.clear();
+          const std::string x = emit(s.expr);
+          code_ += indent_ + update(x, parts + "[kiln_vj]", flag, flags + "[kiln_vj]");
+        }
+        pair_ = PairLoop{};
+      } else {
+        code_ += indent_ + fmt::format("const int64_t {} = {} + kiln_vj;\n", var_name(s.space_vars[static_cast<size_t>(inner)]), base);
+        memo_.clear();  // every name emitted so far lives in the other block's body
+        const std::string x = emit(s.expr);
+        code_ += indent_ + update(x, parts + "[kiln_vj]", flag, flags + "[kiln_vj]");
+      }
       indent_.resize(indent_.size() - 2);
       code_ += indent_ + "}\n";
     };
     if (full > 0) {
       code_ += indent_ + fmt::format("for (int64_t kiln_vb = 0; kiln_vb < {}; kiln_vb += {}) {{\n", full, kLanes);
       indent_ += "  ";
+      // The row's first pass, one loop over the whole row: it carries the next rows' prefetch, a part a step.
+      if (i == prefetch_stage_ && open_loops_ == 0) {
+        const std::string prefetch = d_.next_row_prefetch(c_, full / kLanes, fmt::format("kiln_vb / {}", kLanes));
+        for (size_t at = 0; at < prefetch.size();) {
+          const size_t end = prefetch.find('\n', at);
+          code_ += indent_ + prefetch.substr(at, end - at + 1);
+          at = end + 1;
+        }
+        prefetch_spread_ = !prefetch.empty();
+      }
       block("kiln_vb", kLanes);
       indent_.resize(indent_.size() - 2);
       code_ += indent_ + "}\n";
@@ -1252,6 +1433,13 @@ class KernelWriter {
   std::string code_;
   std::string indent_;
   int open_loops_ = 0;
+  struct PairLoop {
+    int var = -1;   // the paired loop's variable, while its body is written
+    int half = 0;   // 0: the even element, 1: the odd one
+    std::map<int, std::string> words;  // load expression -> its word, in the current body
+  } pair_;
+  int prefetch_stage_ = -1;       // the stage whose pass over a row may carry the next rows' prefetch
+  bool prefetch_spread_ = false;  // it did
 };
 
 // The largest magnitude any partial sum of `e` (or of an expression inside a division or modulo) can take,
@@ -1323,7 +1511,7 @@ Result<EmittedModule> emit_module(const std::vector<KernelToEmit>& kernels, Targ
       }
     }
     KernelContext c{k, item.schedule, item.entry, {}, cuda_row_buffers(k, item.schedule), false, false, false, coarse_outputs_only(k),
-                    target == Target::cpu ? row_invariant_inputs(k) : std::vector<bool>(k.inputs.size(), false), {}};
+                    target == Target::cpu ? row_invariant_inputs(k) : std::vector<bool>(k.inputs.size(), false), {}, false, {}};
     for (size_t i = 0; i < k.stages.size(); ++i) {
       const Stage& s = k.stages[i];
       if (target == Target::cpu && c.place[i] == RowBuffer::registers) c.place[i] = RowBuffer::shared;
@@ -1333,6 +1521,12 @@ Result<EmittedModule> emit_module(const std::vector<KernelToEmit>& kernels, Targ
     }
     c.int32_indices = target == Target::cuda && indices_fit_int32(k, item.schedule);
     if (target == Target::cpu && item.schedule.tables) c.tabulated = tabulated_exprs(k);
+    if (target == Target::cpu && item.schedule.pairs) {
+      const std::optional<PairPlan> plan = pair_plan(k);
+      KILN_CHECK(plan.has_value());  // can_implement refuses pairs otherwise
+      c.pairs = true;
+      c.pair_rows = plan->split_rows;
+    }
     KernelWriter writer(c, *dialect, tables, value_tables);
     bodies += fmt::format("\n// kernel {} ({} rows of {}), schedule {}\n", k.name, k.rows, shape_to_string(k.row_shape),
                           schedule_to_string(item.schedule));

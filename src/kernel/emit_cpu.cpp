@@ -1,5 +1,7 @@
 #include "kernel/emit_cpu.h"
 
+#include "kernel/schedule.h"
+
 #include <set>
 
 namespace kiln::kernel {
@@ -289,5 +291,102 @@ bool has_tabulated_exprs(const Kernel& k) {
   }
   return false;
 }
+
+std::optional<IndexExpr> pair_offset(const Kernel& k, const IndexExpr& offset, int var) {
+  const IndexExpr split = split_vector_var(k, offset, var, 2);
+  const VarExtents extents = vector_split_extents(k, var, 2);
+  const int lane = vector_lane_var(k);
+  const IndexExpr even = index_substitute(split, lane, IndexExpr::of_constant(0), extents);
+  const IndexExpr odd = index_substitute(split, lane, IndexExpr::of_constant(1), extents);
+  const IndexExpr step = index_add(odd, index_scale(even, -1));
+  if (!step.is_constant() || step.constant != 1) return std::nullopt;
+  return even;
+}
+
+std::optional<IndexExpr> halved(const IndexExpr& e) {
+  if (e.constant % 2 != 0) return std::nullopt;
+  IndexExpr out = e;
+  out.constant /= 2;
+  for (IndexTerm& t : out.terms) {
+    if (t.coefficient % 2 != 0) return std::nullopt;
+    t.coefficient /= 2;
+  }
+  return out;
+}
+
+std::optional<PairPlan> pair_plan(const Kernel& k) {
+  // Rows every kernel row reads alike: the 16-bit ones converted once anyway, and small f32 ones (a norm's
+  // weight cast at load time), copied once to be read a half at a time.
+  std::vector<bool> invariant = row_invariant_inputs(k);
+  for (size_t p = 0; p < k.inputs.size(); ++p) {
+    const TensorType& t = k.inputs[p].type;
+    if (invariant[p] || t.dtype != DType::f32 || shape_numel(t.shape) > kRowInvariantElements || k.rows < 2) continue;
+    bool moves = false;
+    for (const Expr& e : k.exprs) {
+      if (e.kind != ExprKind::load || e.param != static_cast<int>(p)) continue;
+      for (int rv : k.row_vars) moves = moves || (rv >= 0 && index_mentions(e.offset, rv));
+    }
+    invariant[p] = !moves;
+  }
+  // Per input: loaded along a paired loop, loaded otherwise (a converted row is kept in one layout or the other).
+  std::vector<bool> paired(k.inputs.size(), false), plain(k.inputs.size(), false);
+  bool any = false;
+  for (const Stage& s : k.stages) {
+    int axis = -1, loops = 0;
+    for (size_t a = 0; a < s.space.size(); ++a) {
+      if (s.space_vars[a] < 0) continue;
+      axis = static_cast<int>(a);
+      ++loops;
+    }
+    if (loops > 1) return std::nullopt;
+    const int var = loops == 1 ? s.space_vars[static_cast<size_t>(axis)] : -1;
+    if (var >= 0) {
+      if (s.space[static_cast<size_t>(axis)] % 2 != 0) return std::nullopt;
+      if (s.reduce && !s.reduced_axes[static_cast<size_t>(axis)]) return std::nullopt;
+      if (s.output >= 0) {
+        if (!index_mentions(s.target, var) || k.outputs[static_cast<size_t>(s.output)].type.dtype != DType::bf16) {
+          return std::nullopt;
+        }
+        if (!pair_offset(k, s.target, var)) return std::nullopt;
+      }
+      any = true;
+    }
+    // The loads the stage's value reaches (an optional stage's read may be its recomputation).
+    std::set<int> seen;
+    std::vector<int> todo = {s.expr};
+    while (!todo.empty()) {
+      const int id = todo.back();
+      todo.pop_back();
+      if (id < 0 || !seen.insert(id).second) continue;
+      const Expr& e = k.exprs[static_cast<size_t>(id)];
+      for (int o : e.operands) todo.push_back(o);
+      if (e.kind == ExprKind::read_stage && e.inline_fallback >= 0) todo.push_back(e.inline_fallback);
+      if (e.kind != ExprKind::load) continue;
+      const size_t p = static_cast<size_t>(e.param);
+      if (var < 0 || !index_mentions(e.offset, var)) {
+        plain[p] = true;
+        continue;
+      }
+      const std::optional<IndexExpr> even = pair_offset(k, e.offset, var);
+      if (!even || e.guarded) return std::nullopt;
+      if (invariant[p]) {
+        if (!halved(*even) || shape_numel(k.inputs[p].type.shape) % 2 != 0) return std::nullopt;
+        paired[p] = true;
+      } else if (k.inputs[p].type.dtype != DType::bf16) {
+        return std::nullopt;
+      }
+    }
+  }
+  if (!any) return std::nullopt;
+  PairPlan plan;
+  plan.split_rows.assign(k.inputs.size(), false);
+  for (size_t p = 0; p < k.inputs.size(); ++p) {
+    if (invariant[p] && paired[p] && plain[p]) return std::nullopt;
+    plan.split_rows[p] = invariant[p] && paired[p];
+  }
+  return plan;
+}
+
+bool has_pairs(const Kernel& k) { return pair_plan(k).has_value(); }
 
 }  // namespace kiln::kernel

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -47,5 +48,26 @@ std::vector<bool> row_invariant_inputs(const Kernel& k);
 // cache on the 2-core AVX2 VM (session 22).
 std::vector<int> tabulated_exprs(const Kernel& k);
 bool has_tabulated_exprs(const Kernel& k);
+
+// Schedule::pairs. A bf16 element is the high half of its f32, so a 32-bit word holding elements 2s and
+// 2s + 1 gives both as f32 with a shift and a mask, and two f32 results go back into one word, rounded, with no
+// pack or permute. A paired stage's one loop runs over those words and computes its expression twice, for
+// the even and the odd element.
+//
+// The offset of element 2s of `offset` along `var` (s is vector_step_var(k)), when element 2s + 1 is the one
+// after it in memory; else nullopt.
+std::optional<IndexExpr> pair_offset(const Kernel& k, const IndexExpr& offset, int var);
+// e / 2 exactly (every coefficient and the constant even), else nullopt.
+std::optional<IndexExpr> halved(const IndexExpr& e);
+// Whether the kernel can be paired: every stage with a loop has one loop, of even extent (a reduction's is
+// reduced); along it every load is of a bf16 input a word at a time (no clamped loads), or of a row every
+// kernel row reads alike (row_invariant_inputs, or an f32 one as small) at even offsets, or does not move;
+// every output along it is bf16 stored a word at a time. At least one stage has a loop. `split_rows` (per
+// input): the body keeps that row in f32 as its even elements, then its odd ones.
+struct PairPlan {
+  std::vector<bool> split_rows;
+};
+std::optional<PairPlan> pair_plan(const Kernel& k);
+bool has_pairs(const Kernel& k);
 
 }  // namespace kiln::kernel

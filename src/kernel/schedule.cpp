@@ -216,6 +216,7 @@ std::string schedule_to_json(const Schedule& s) {
   // Written only when set, so a schedule from before these fields keeps its text (and stored recipes match).
   if (s.tables) j["tables"] = true;
   if (s.stream_stores) j["stream_stores"] = true;
+  if (s.pairs) j["pairs"] = true;
   return j.dump();
 }
 
@@ -249,15 +250,18 @@ Result<Schedule> schedule_from_json(const std::string& text) {
       KILN_TRY(integer(s.vector_width));
     } else if (key == "unroll") {
       KILN_TRY(integer(s.unroll));
-    } else if (key == "registers" || key == "cache_row" || key == "tables" || key == "stream_stores") {
+    } else if (key == "registers" || key == "cache_row" || key == "tables" || key == "stream_stores" || key == "pairs") {
       if (!value.is_boolean()) return make_error(ErrorCode::parse_error, "schedule field '" + key + "' must be a boolean");
-      (key == "registers" ? s.registers : key == "cache_row" ? s.cache_row : key == "tables" ? s.tables : s.stream_stores) =
-          value.get<bool>();
+      (key == "registers"       ? s.registers
+       : key == "cache_row"     ? s.cache_row
+       : key == "tables"        ? s.tables
+       : key == "stream_stores" ? s.stream_stores
+                                : s.pairs) = value.get<bool>();
     } else {
       return make_error(ErrorCode::parse_error,
                         "unknown schedule field '" + key +
                             "' (fields: rows_per_task, threads, threads_per_row, vector_width, cache_row, unroll, "
-                            "registers, tables, stream_stores)");
+                            "registers, tables, stream_stores, pairs)");
     }
   }
   return s;
@@ -271,9 +275,9 @@ int64_t cuda_row_buffer_floats(int64_t local_size, const Schedule& s) {
 }
 
 std::string schedule_to_string(const Schedule& s) {
-  return fmt::format("rows={} threads={} tpr={} vec={} {} unroll={}{}{}{}", s.rows_per_task, s.threads, s.threads_per_row,
+  return fmt::format("rows={} threads={} tpr={} vec={} {} unroll={}{}{}{}{}", s.rows_per_task, s.threads, s.threads_per_row,
                      s.vector_width, s.cache_row ? "cache" : "reread", s.unroll, s.registers ? "" : " smem",
-                     s.tables ? " tables" : "", s.stream_stores ? " stream" : "");
+                     s.tables ? " tables" : "", s.stream_stores ? " stream" : "", s.pairs ? " pairs" : "");
 }
 
 Status can_implement(const Kernel& k, const Schedule& s, Target target) {
@@ -301,9 +305,22 @@ Status can_implement(const Kernel& k, const Schedule& s, Target target) {
     if (s.tables && !has_tabulated_exprs(k)) {
       return field_error("tables", "is set but no value of the kernel is a transcendental of one bf16/f16 element");
     }
+    if (s.pairs) {
+      if (s.tables) return field_error("pairs", "and tables are exclusive (a table is read an element at a time)");
+      if (s.vector_width < 2) return field_error("pairs", "needs vector_width >= 2 (pairs are a vector layout)");
+      bool optional = false;
+      for (const Stage& st : k.stages) optional = optional || st.optional;
+      if (s.cache_row && optional) {
+        return field_error("pairs", "needs cache_row off where the kernel has optional row caches (they are per element)");
+      }
+      if (!has_pairs(k)) {
+        return field_error("pairs", "is set but the kernel's loops do not read and write bf16 rows a word at a time");
+      }
+    }
   } else {
     if (s.tables) return field_error("tables", "is a CPU field (lookup tables are not emitted for CUDA)");
     if (s.stream_stores) return field_error("stream_stores", "is a CPU field (non-temporal row stores)");
+    if (s.pairs) return field_error("pairs", "is a CPU field (bf16 words of two elements)");
     if (s.threads != 1) return field_error("threads", "is a CPU field; on CUDA use threads_per_row (got " +
                                                           std::to_string(s.threads) + ")");
     // Rows narrower than a warp share one: the block must still be whole warps, which the shuffles of a
@@ -376,6 +393,11 @@ Schedule default_schedule(const Kernel& k, Target target, int cores, int64_t cac
   // Streaming pays where the outputs leave the cache anyway and rows are long: on the 2-core AVX2 VM, rows of
   // 3072-12288 bf16 wrote 1.03-1.12x faster streamed, the q/k heads' rows of 128 0.88x (session 22, A/B).
   s.stream_stores = cache_bytes > 0 && k.bytes > static_cast<double>(cache_bytes) && row >= kStreamMinRow;
+  // Pairs where they apply, no table is read and rows are long. From cache on one thread of the 2-core AVX2 VM
+  // (session 23), a modulated bf16 layernorm [64, 3072] took 0.122 -> 0.083 ms paired, an rmsnorm 0.076 ->
+  // 0.063 ms; the q/k heads' rows of 128 0.095 -> 0.106 ms (one 64-word block a row, its lanes summed per row).
+  s.pairs = !s.tables && s.vector_width > 1 && row >= kPairMinRow && has_pairs(k);
+  if (s.pairs && !can_implement(k, s, target).ok()) s.pairs = false;
   return s;
 }
 
@@ -387,6 +409,7 @@ std::vector<Schedule> schedule_space(const Kernel& k, Target target, int cores) 
   std::vector<bool> caches = has_optional ? std::vector<bool>{true, false} : std::vector<bool>{true};
   if (target == Target::cpu) {
     const bool tabulable = has_tabulated_exprs(k);
+    const std::vector<bool> pairings = has_pairs(k) ? std::vector<bool>{false, true} : std::vector<bool>{false};
     // Streaming stores only where the outputs could outgrow a core's share of cache (under 1 MiB they stay).
     const std::vector<bool> streams = k.bytes > (1 << 20) ? std::vector<bool>{false, true} : std::vector<bool>{false};
     std::vector<int> thread_counts = {1};
@@ -399,10 +422,13 @@ std::vector<Schedule> schedule_space(const Kernel& k, Target target, int cores) 
             for (int unroll : {1, 4}) {
               for (bool table : tabulable ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
                 for (bool stream : streams) {
-                  Schedule s{rpt, threads, 1, vec, cache, unroll};
-                  s.tables = table;
-                  s.stream_stores = stream;
-                  if (can_implement(k, s, target).ok()) out.push_back(s);
+                  for (bool pair : pairings) {
+                    Schedule s{rpt, threads, 1, vec, cache, unroll};
+                    s.tables = table;
+                    s.stream_stores = stream;
+                    s.pairs = pair;
+                    if (can_implement(k, s, target).ok()) out.push_back(s);
+                  }
                 }
               }
             }

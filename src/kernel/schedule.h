@@ -18,6 +18,8 @@
 //                    the module fills once per process with the exact-form functions (tabulated_exprs)
 //   stream_stores    CPU: bf16 output rows are written with non-temporal stores, which skip reading the
 //                    destination's lines into the cache first (for outputs the cache cannot hold anyway)
+//   pairs            CPU: a stage's loop runs over 32-bit words of two bf16 elements, which convert to and
+//                    from f32 with a shift and a mask (emit_cpu.h, pair_plan)
 #pragma once
 
 #include <optional>
@@ -38,6 +40,7 @@ struct Schedule {
   bool registers = true;
   bool tables = false;
   bool stream_stores = false;
+  bool pairs = false;
   bool operator==(const Schedule& other) const = default;
 };
 
@@ -105,10 +108,12 @@ std::optional<VectorSpan> offset_in_vector_span(const Kernel& kernel, const Inde
 Status can_implement(const Kernel& kernel, const Schedule& schedule, Target target);
 
 // A sensible default for the kernel on the target (what runs before tuning). On the CPU it reads tables where
-// a call evaluates at least kTableMinElements tabulable values, and streams its stores where the kernel moves
-// more bytes than `cache_bytes` (the last-level cache; 0: never) in rows of at least kStreamMinRow elements.
+// a call evaluates at least kTableMinElements tabulable values, streams its stores where the kernel moves
+// more bytes than `cache_bytes` (the last-level cache; 0: never) in rows of at least kStreamMinRow elements,
+// and pairs (reads no table) in rows of at least kPairMinRow elements.
 inline constexpr int64_t kTableMinElements = 65536;
 inline constexpr int64_t kStreamMinRow = 2048;
+inline constexpr int64_t kPairMinRow = 1024;
 Schedule default_schedule(const Kernel& kernel, Target target, int cores, int64_t cache_bytes = 0);
 
 // The schedules worth trying for the kernel at its exact shapes, every one passing can_implement.

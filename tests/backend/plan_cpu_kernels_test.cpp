@@ -1,7 +1,7 @@
 // Generated CPU kernels as a Plan runs them (its thread pool, its default schedules): a GELU and a gated SiLU
-// big enough that the default reads tables of stored bits and streams the gated product's rows, run on every
-// core, match the reference on each call; the plan's source shows both (so the test cannot pass by running
-// neither).
+// big enough that the default reads tables of stored bits and streams the gated product's rows (as words of
+// two elements, Schedule::pairs), run on every core, match the reference on each call; the plan's source
+// shows both (so the test cannot pass by running neither).
 #include <gtest/gtest.h>
 
 #include "backend/plan.h"
@@ -31,7 +31,7 @@ TEST(PlanCpuKernels, TablesAndStreamedStoresMatchTheReferenceOnEveryCore) {
   ASSERT_TRUE(plan.ok()) << plan.error().message;
   const std::string source = (*plan)->source();
   EXPECT_NE(source.find("static uint16_t kiln_tv"), std::string::npos) << source;
-  EXPECT_NE(source.find("kiln_stream_bf16_row(out"), std::string::npos) << source;
+  EXPECT_NE(source.find("kiln_stream_words(out"), std::string::npos) << source;  // z = s * x, paired
   for (uint64_t seed : {1, 2}) {
     const auto inputs = models::random_inputs(g, seed);
     auto out = (*plan)->run(inputs);

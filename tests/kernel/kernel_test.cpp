@@ -130,15 +130,23 @@ TEST(KernelSchedule, JsonRoundTripAndErrors) {
   auto back = schedule_from_json(schedule_to_json(s));
   ASSERT_TRUE(back.ok());
   EXPECT_EQ(*back, s);
-  // tables and stream_stores round-trip, and are written only when set (older schedules keep their text).
+  // tables, stream_stores and pairs round-trip, and are written only when set (older schedules keep their text).
   EXPECT_EQ(schedule_to_json(s).find("tables"), std::string::npos);
+  EXPECT_EQ(schedule_to_json(s).find("pairs"), std::string::npos);
   Schedule t = s;
   t.tables = true;
   t.stream_stores = true;
   auto t_back = schedule_from_json(schedule_to_json(t));
   ASSERT_TRUE(t_back.ok());
   EXPECT_EQ(*t_back, t);
+  Schedule p = s;
+  p.pairs = true;
+  auto p_back = schedule_from_json(schedule_to_json(p));
+  ASSERT_TRUE(p_back.ok());
+  EXPECT_EQ(*p_back, p);
+  EXPECT_NE(schedule_to_string(p).find(" pairs"), std::string::npos);
   EXPECT_FALSE(schedule_from_json(R"({"tables": 1})").ok());
+  EXPECT_FALSE(schedule_from_json(R"({"pairs": "yes"})").ok());
   auto bad = schedule_from_json(R"({"rows_per_task": 2, "lanes": 4})");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.error().message.find("lanes"), std::string::npos);
@@ -353,17 +361,27 @@ TEST(KernelEmit, CpuRoundsBf16OnceWhereOnlyBf16OutputsSeeIt) {
   EXPECT_GE(count_of(f32_out.substr(f32_out.find("// kernel")), "kiln_round_bf16("), 2u) << f32_out;
 }
 
-// A kernel with several passes over a row prefetches the next rows of its row-major inputs before the last
-// pass (not the broadcast weight); a one-pass kernel relies on the hardware prefetcher.
-TEST(KernelEmit, CpuPrefetchesTheNextRowBeforeTheLastPass) {
-  Graph g;
-  const ValueId x = *g.add_input("x", {DType::bf16, {40, 96}}, Binding::per_call);
-  const ValueId w = *g.add_input("w", {DType::bf16, {96}}, Binding::per_call);
-  const ValueId y = (*g.add_node(Op::rmsnorm, {x, w}, {}, {"y"}))[0];
-  ASSERT_TRUE(g.add_output("y", y).ok());
-  const std::string norm = verified_cpu_source(g);
-  EXPECT_EQ(count_of(norm, "__builtin_prefetch("), 1u) << norm;
-  EXPECT_NE(norm.find("(const char*)in0 + (r + 11) * 192LL"), std::string::npos) << norm;  // 2 KiB ahead
+// A kernel with several passes over a row prefetches the next rows of its row-major inputs (not the broadcast
+// weight), a part in each step of the row's first pass (the row's own misses and the next row's requests
+// overlap), or before the last pass where the first has no whole steps; a one-pass kernel relies on the
+// hardware prefetcher.
+TEST(KernelEmit, CpuPrefetchesTheNextRowDuringTheFirstPass) {
+  for (int64_t cols : {96, 1024, 40}) {
+    Graph g;
+    const ValueId x = *g.add_input("x", {DType::bf16, {40, cols}}, Binding::per_call);
+    const ValueId w = *g.add_input("w", {DType::bf16, {cols}}, Binding::per_call);
+    const ValueId y = (*g.add_node(Op::rmsnorm, {x, w}, {}, {"y"}))[0];
+    ASSERT_TRUE(g.add_output("y", y).ok());
+    const std::string norm = verified_cpu_source(g);
+    const std::string body = norm.substr(norm.find("// kernel"));
+    EXPECT_EQ(count_of(body, "__builtin_prefetch("), 1u) << body;
+    const int64_t ahead = (2048 + 2 * cols - 1) / (2 * cols);  // 2 KiB ahead
+    EXPECT_NE(body.find(fmt::format("(const char*)in0 + (r + {}) * {}LL", ahead, 2 * cols)), std::string::npos) << body;
+    const size_t prefetch = body.find("__builtin_prefetch("), second_pass = body.find("{ // stage", body.find("{ // stage") + 1);
+    const bool in_first_pass = body.find("for (int64_t kiln_vb") < prefetch && prefetch < second_pass;
+    EXPECT_EQ(in_first_pass, cols != 40) << body;  // 40 elements: no whole 64-lane step in the first pass
+    EXPECT_EQ(body.find("part by part") != std::string::npos, cols != 40) << body;
+  }
   EXPECT_EQ(count_of(verified_cpu_source(unary_graph_for_test()), "__builtin_prefetch("), 0u);
 }
 
@@ -445,6 +463,7 @@ TEST(KernelEmit, CpuTablesHoldOneElementFunctions) {
     Schedule s = default_schedule(k, Target::cpu, 1);
     EXPECT_FALSE(s.tables);  // too few elements per call to pay for filling a table
     s.tables = true;
+    s.pairs = false;  // a table is read an element at a time
     ASSERT_TRUE(can_implement(k, s, Target::cpu).ok());
     EXPECT_FALSE(can_implement(k, s, Target::cuda).ok());
     auto source = emit_harness_candidate(k, s);
@@ -543,6 +562,7 @@ TEST(KernelEmit, CpuStreamedStoresWriteTheSameBits) {
     for (bool stream : {false, true}) {
       Schedule s = default_schedule(fk->second, Target::cpu, 1);
       s.stream_stores = stream;
+      s.pairs = false;  // the f32 row and its bf16 row store (pairs stream words: CpuPairsMatchTheReference)
       ASSERT_TRUE(can_implement(fk->second, s, Target::cpu).ok());
       auto source = emit_harness_candidate(fk->second, s);
       ASSERT_TRUE(source.ok());
@@ -574,6 +594,119 @@ TEST(KernelEmit, CpuStreamedStoresWriteTheSameBits) {
   auto heads = fused_kernel(unary_bf16_graph(Op::gelu, tanh_gelu, 8192, 128));  // as long, in rows of 128
   ASSERT_TRUE(heads.ok());
   EXPECT_FALSE(default_schedule(heads->second, Target::cpu, 2, 1 << 19).stream_stores);
+}
+
+// Schedule::pairs: stages run over 32-bit words of two bf16 elements. The harness verifies each paired kernel
+// against the reference, with the words stored in place and streamed: a modulated layernorm (its scale and
+// shift rows kept evens, then odds), an rmsnorm with its weight, rows of 128 (q/k heads) and of 1000 (a
+// remainder past the 64-word lanes, rows off 32-byte boundaries), and a GELU through an odd-offset window
+// (words at 2-byte alignment). A one-element function gives the same bits paired as not. Odd rows, the RoPE
+// partner, tables and CUDA refuse the field.
+TEST(KernelEmit, CpuPairsMatchTheReference) {
+  const Attrs tanh_gelu = {{"approximate", std::string("tanh")}};
+  auto rmsnorm = [](int64_t rows, int64_t cols) {
+    Graph g;
+    const ValueId x = *g.add_input("x", {DType::bf16, {rows, cols}}, Binding::per_call);
+    const ValueId w = *g.add_input("w", {DType::bf16, {cols}}, Binding::per_call);
+    KILN_CHECK(g.add_output("y", (*g.add_node(Op::rmsnorm, {x, w}, {}, {"y"}))[0]).ok());
+    return g;
+  };
+  Graph window;  // gelu(x[:, 1:97])
+  {
+    const ValueId x = *window.add_input("x", {DType::bf16, {6, 98}}, Binding::per_call);
+    const ValueId s = (*window.add_node(Op::slice, {x}, {{"axis", int64_t{1}}, {"start", int64_t{1}}, {"end", int64_t{97}},
+                                                        {"step", int64_t{1}}}, {"s"}))[0];
+    KILN_CHECK(window.add_output("y", (*window.add_node(Op::gelu, {s}, tanh_gelu, {"y"}))[0]).ok());
+  }
+  const std::vector<Graph> graphs = {layernorm_modulate_graph(DType::bf16, 9, 96), rmsnorm(7, 1000), rmsnorm(12, 128),
+                                     unary_bf16_graph(Op::gelu, tanh_gelu, 5, 1000), window};
+  for (size_t gi = 0; gi < graphs.size(); ++gi) {
+    auto fk = fused_kernel(graphs[gi]);
+    ASSERT_TRUE(fk.ok()) << fk.error().message;
+    const Kernel& k = fk->second;
+    SCOPED_TRACE(kernel_to_text(k));
+    ASSERT_TRUE(has_pairs(k));
+    Schedule base = default_schedule(k, Target::cpu, 1);
+    EXPECT_FALSE(base.pairs);  // rows under kPairMinRow
+    base.pairs = true;
+    std::vector<uint16_t> outputs[2];
+    for (bool stream : {false, true}) {
+      Schedule s = base;
+      s.stream_stores = stream;
+      ASSERT_TRUE(can_implement(k, s, Target::cpu).ok());
+      auto source = emit_harness_candidate(k, s);
+      ASSERT_TRUE(source.ok());
+      const std::string body = source->substr(source->find("// kernel"));
+      EXPECT_NE(body.find("kiln_word(in0 + "), std::string::npos) << body;
+      EXPECT_EQ(body.find("kiln_stream_words(out0") != std::string::npos, stream) << body;
+      EXPECT_EQ(body.find("kiln_put_word(out0") != std::string::npos, !stream) << body;
+      EXPECT_EQ(body.find("_bf16_row("), std::string::npos) << body;  // no f32 row buffer
+      auto task = kernel_task(fk->first, k);
+      ASSERT_TRUE(task.ok());
+      harness::CompileOptions co;
+      co.flags = kCandidateFlags;
+      co.flags.insert(co.flags.begin(), "-march=native");
+      const harness::CandidateOutcome o = harness::evaluate_candidate(*task, *source, co);
+      ASSERT_EQ(o.cls, harness::OutcomeClass::passed) << o.evidence.summary << "\n" << o.evidence.compiler_log << "\n" << body;
+      if (gi == 3) {  // GELU of one element: paired or not, the same bits
+        std::vector<uint16_t> x(5 * 1000);
+        for (size_t i = 0; i < x.size(); ++i) x[i] = bf16_bits_from_double(std::sin(0.37 * static_cast<double>(i)) * 6.0);
+        for (bool pairs : {false, true}) {
+          Schedule p = s;
+          p.pairs = pairs;
+          auto src = emit_harness_candidate(k, p);
+          ASSERT_TRUE(src.ok());
+          outputs[pairs] = LoadedCpuKernel(*src).run(x, {5, 1000}, {5, 1000});
+        }
+        EXPECT_EQ(outputs[0], outputs[1]);
+      }
+    }
+  }
+  // The default pairs long rows only (the q/k heads' rows of 128 measured slower paired).
+  auto long_rows = fused_kernel(layernorm_modulate_graph(DType::bf16, 3, kPairMinRow));
+  ASSERT_TRUE(long_rows.ok());
+  EXPECT_TRUE(default_schedule(long_rows->second, Target::cpu, 1).pairs);
+  // The layernorm's rows are kept evens, then odds.
+  auto ln = fused_kernel(layernorm_modulate_graph(DType::bf16, 9, 96));
+  ASSERT_TRUE(ln.ok());
+  const std::optional<PairPlan> plan = pair_plan(ln->second);
+  ASSERT_TRUE(plan.has_value());
+  EXPECT_EQ(plan->split_rows, (std::vector<bool>{false, true, true}));
+  // Refusals: an odd row, the RoPE partner (element 2s + 1 reads 2s), a table, CUDA.
+  auto odd = fused_kernel(unary_bf16_graph(Op::gelu, tanh_gelu, 7, 1037));
+  ASSERT_TRUE(odd.ok());
+  EXPECT_FALSE(has_pairs(odd->second));
+  Schedule s = default_schedule(odd->second, Target::cpu, 1);
+  EXPECT_FALSE(s.pairs);
+  s.pairs = true;
+  const Status refused = can_implement(odd->second, s, Target::cpu);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message.find("pairs"), std::string::npos) << refused.error().message;
+  auto gelu = fused_kernel(unary_bf16_graph(Op::gelu, tanh_gelu, 5, 1000));
+  ASSERT_TRUE(gelu.ok());
+  s = default_schedule(gelu->second, Target::cpu, 1);
+  s.tables = true;
+  s.pairs = true;
+  EXPECT_FALSE(can_implement(gelu->second, s, Target::cpu).ok());
+  Schedule cuda;
+  cuda.threads_per_row = 32;
+  cuda.pairs = true;
+  EXPECT_FALSE(can_implement(gelu->second, cuda, Target::cuda).ok());
+  auto model = models::build_zoo_model("flux1-double-block:tiny");
+  ASSERT_TRUE(model.ok());
+  auto optimized = passes::run_pipeline(*model);
+  ASSERT_TRUE(optimized.ok());
+  int ropes = 0;
+  for (const passes::FusedGroup& fg : passes::collect_fused_groups(optimized->graph)) {
+    auto k = lower_nodes(optimized->graph, fg.members, "g");
+    if (!k.ok()) continue;
+    bool rope = false;
+    for (const Stage& st : k->stages) rope = rope || st.name.find("rope") != std::string::npos;
+    if (!rope) continue;
+    ++ropes;
+    EXPECT_FALSE(has_pairs(*k)) << kernel_to_text(*k);
+  }
+  EXPECT_GT(ropes, 0);
 }
 
 // The CUDA dialect emits source nvcc accepts, for every fused group of a FLUX block (fp8 included). No GPU
