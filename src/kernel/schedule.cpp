@@ -398,6 +398,9 @@ Schedule default_schedule(const Kernel& k, Target target, int cores, int64_t cac
   // 0.063 ms; the q/k heads' rows of 128 0.095 -> 0.106 ms (one 64-word block a row, its lanes summed per row).
   s.pairs = !s.tables && s.vector_width > 1 && row >= kPairMinRow && has_pairs(k);
   if (s.pairs && !can_implement(k, s, target).ok()) s.pairs = false;
+  // A paired row is streamed through a row of words, a copy more: at 2 threads from memory, rmsnorm, layernorm
+  // and the gated residual ran 0.87-0.95x as fast paired and streamed as paired alone (session 23, two runs).
+  if (s.pairs) s.stream_stores = false;
   return s;
 }
 
