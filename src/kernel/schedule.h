@@ -110,7 +110,7 @@ Status can_implement(const Kernel& kernel, const Schedule& schedule, Target targ
 // A sensible default for the kernel on the target (what runs before tuning). On the CPU it reads tables where
 // a call evaluates at least kTableMinElements tabulable values, streams its stores where the kernel moves
 // more bytes than `cache_bytes` (the last-level cache; 0: never) in rows of at least kStreamMinRow elements,
-// and pairs (reads no table) in rows of at least kPairMinRow elements.
+// and pairs (reads no table, streams nothing) in rows of at least kPairMinRow elements.
 inline constexpr int64_t kTableMinElements = 65536;
 inline constexpr int64_t kStreamMinRow = 2048;
 inline constexpr int64_t kPairMinRow = 1024;
