@@ -625,7 +625,7 @@ class KernelWriter {
 
  private:
   std::string idx(const IndexExpr& e) const {
-    if (pair_.var >= 0 && index_mentions(e, pair_.var)) return index_to_c(pair_index(e), [&](int v) { return pair_var_name(v); });
+    if (pair_.var >= 0 && index_mentions(e, pair_.var)) return index_to_c(pair_index(e, pair_.half), [&](int v) { return pair_var_name(v); });
     if (!vector_mode_ || vec_.var < 0 || !index_mentions(e, vec_.var)) return index_to_c(e, var_name);
     return index_to_c(split_vector_var(k_, e, vec_.var, c_.s.vector_width), [&](int v) {
       return v == vector_step_var(k_) ? std::string("kiln_vs") : v == vector_lane_var(k_) ? std::string("kiln_vj") : var_name(v);
@@ -642,10 +642,10 @@ class KernelWriter {
                                : index_range(e, [&](int v) { return k_.extent(v); });
     return r.lo >= 0 && r.hi < size;
   }
-  // Inside a paired loop (Schedule::pairs): `e` at the current half's element, 2 * kiln_p + half.
-  IndexExpr pair_index(const IndexExpr& e) const {
+  // Inside a paired loop (Schedule::pairs): `e` at element 2 * kiln_p + half.
+  IndexExpr pair_index(const IndexExpr& e, int half) const {
     const IndexExpr split = split_vector_var(k_, e, pair_.var, 2);
-    return index_substitute(split, vector_lane_var(k_), IndexExpr::of_constant(pair_.half), vector_split_extents(k_, pair_.var, 2));
+    return index_substitute(split, vector_lane_var(k_), IndexExpr::of_constant(half), vector_split_extents(k_, pair_.var, 2));
   }
   std::string pair_var_name(int v) const { return v == vector_step_var(k_) ? std::string("kiln_p") : var_name(v); }
   // The stage's one loop axis when it runs paired, else -1.
@@ -922,9 +922,7 @@ class KernelWriter {
   // once for both halves, the even element its low half.
   std::string pair_load(int id, const Expr& e) {
     const int half = pair_.half;
-    pair_.half = 0;
-    const IndexExpr even = pair_index(e.offset);
-    pair_.half = half;
+    const IndexExpr even = pair_index(e.offset, 0);
     const auto c_name = [&](int v) { return pair_var_name(v); };
     if (c_.hoisted(static_cast<size_t>(e.param))) {
       const int64_t n = shape_numel(k_.inputs[static_cast<size_t>(e.param)].type.shape);
@@ -1106,18 +1104,9 @@ class KernelWriter {
       code_ += indent_ + fmt::format("alignas(64) float kiln_ob{}[{}];\n", i, s.space[static_cast<size_t>(inner)]);
     }
     for (size_t a = 0; a < s.space.size(); ++a) open(s, a, static_cast<int>(a) == inner);
-    // CPU: a value rounded to bf16/f16 only to be stored is stored from the unrounded operand (the store's
-    // conversion rounds it the same way: rounding is idempotent), and a stored bf16 value that is already
-    // bf16 is its high half: one rounding per element instead of two.
-    const Expr& root = k_.exprs[s.expr];
+    // A stored bf16 value that is already bf16 is its high half: one rounding per element instead of two.
     const bool cpu = d_.target() == Target::cpu;
-    const bool store_unrounded = s.output >= 0 && !c_.buffered[i] && root.kind == ExprKind::round &&
-                                 root.dtype == s.type.dtype && (root.dtype == DType::bf16 || root.dtype == DType::f16) &&
-                                 !rounds_in_double(root);
-    // bf16 products inside the expression stay f32 until the value is stored or kept (keep_products_): a
-    // modulated LN rounds once per element instead of four times (on CUDA its kernels are issue-bound).
-    keep_products_ = c_.coarse_outputs_only[i];
-    root_ = store_unrounded ? root.operands[0] : s.expr;
+    const bool store_unrounded = set_stored_root(i);
     const std::string value = emit(root_);
     keep_products_ = false;
     const bool bf16_bits_exact =
@@ -1150,6 +1139,22 @@ class KernelWriter {
     if (inner < 0 && spread_threads) code_ += indent_ + d_.single_writer_close();
   }
 
+  // What an elementwise stage's value is written from (root_), and whether that skips the value's own rounding:
+  // a value rounded to bf16/f16 only to be stored is stored from the unrounded operand (the store's conversion
+  // rounds it the same way: rounding is idempotent). bf16 products inside the expression stay f32 until the
+  // value is stored or kept (keep_products_, until the caller resets it): a modulated LN rounds once per
+  // element instead of four times (on CUDA its kernels are issue-bound).
+  bool set_stored_root(int i) {
+    const Stage& s = k_.stages[static_cast<size_t>(i)];
+    const Expr& root = k_.exprs[s.expr];
+    const bool store_unrounded = s.output >= 0 && !c_.buffered[i] && root.kind == ExprKind::round &&
+                                 root.dtype == s.type.dtype && (root.dtype == DType::bf16 || root.dtype == DType::f16) &&
+                                 !rounds_in_double(root);
+    keep_products_ = c_.coarse_outputs_only[i];
+    root_ = store_unrounded ? root.operands[0] : s.expr;
+    return store_unrounded;
+  }
+
   // Schedule::pairs: the stage's one loop runs over words of two elements (pair_plan); its value is written
   // for the even and then the odd element, and a bf16 output takes both as one word (through a row of words,
   // streamed, under stream_stores).
@@ -1165,13 +1170,7 @@ class KernelWriter {
     ++open_loops_;
     pair_.var = var;
     pair_.words.clear();
-    // As write_elementwise: a value rounded to bf16 only to be stored is stored from its operand (the pair's
-    // rounding is the same), and bf16 products stay f32 where only bf16 outputs see them.
-    const Expr& root = k_.exprs[s.expr];
-    const bool store_unrounded = stored && !c_.buffered[i] && root.kind == ExprKind::round && root.dtype == DType::bf16 &&
-                                 !rounds_in_double(root);
-    keep_products_ = c_.coarse_outputs_only[i];
-    root_ = store_unrounded ? root.operands[0] : s.expr;
+    set_stored_root(i);  // the pair's rounding is the store's
     std::string value[2];
     for (int half = 0; half < 2; ++half) {
       pair_.half = half;

@@ -1,8 +1,10 @@
 #include "kernel/emit_cpu.h"
 
-#include "kernel/schedule.h"
-
+#include <algorithm>
+#include <initializer_list>
 #include <set>
+
+#include "kernel/schedule.h"
 
 namespace kiln::kernel {
 namespace {
@@ -228,12 +230,16 @@ std::vector<int64_t> row_block_bytes(const Kernel& k) {
   return out;
 }
 
-std::vector<bool> row_invariant_inputs(const Kernel& k) {
+namespace {
+
+// Per kernel input: one of `dtypes`, at most kRowInvariantElements elements, loaded, and by no load that
+// depends on the row.
+std::vector<bool> small_inputs_read_alike(const Kernel& k, std::initializer_list<DType> dtypes) {
   std::vector<bool> out(k.inputs.size(), false);
   if (k.rows < 2) return out;
   for (size_t p = 0; p < k.inputs.size(); ++p) {
     const TensorType& t = k.inputs[p].type;
-    if ((t.dtype != DType::bf16 && t.dtype != DType::f16) || shape_numel(t.shape) > kRowInvariantElements) continue;
+    if (std::find(dtypes.begin(), dtypes.end(), t.dtype) == dtypes.end() || shape_numel(t.shape) > kRowInvariantElements) continue;
     bool loaded = false, invariant = true;
     for (const Expr& e : k.exprs) {
       if (e.kind != ExprKind::load || e.param != static_cast<int>(p)) continue;
@@ -244,6 +250,10 @@ std::vector<bool> row_invariant_inputs(const Kernel& k) {
   }
   return out;
 }
+
+}  // namespace
+
+std::vector<bool> row_invariant_inputs(const Kernel& k) { return small_inputs_read_alike(k, {DType::bf16, DType::f16}); }
 
 std::vector<int> tabulated_exprs(const Kernel& k) {
   const size_t n = k.exprs.size();
@@ -317,17 +327,7 @@ std::optional<IndexExpr> halved(const IndexExpr& e) {
 std::optional<PairPlan> pair_plan(const Kernel& k) {
   // Rows every kernel row reads alike: the 16-bit ones converted once anyway, and small f32 ones (a norm's
   // weight cast at load time), copied once to be read a half at a time.
-  std::vector<bool> invariant = row_invariant_inputs(k);
-  for (size_t p = 0; p < k.inputs.size(); ++p) {
-    const TensorType& t = k.inputs[p].type;
-    if (invariant[p] || t.dtype != DType::f32 || shape_numel(t.shape) > kRowInvariantElements || k.rows < 2) continue;
-    bool moves = false;
-    for (const Expr& e : k.exprs) {
-      if (e.kind != ExprKind::load || e.param != static_cast<int>(p)) continue;
-      for (int rv : k.row_vars) moves = moves || (rv >= 0 && index_mentions(e.offset, rv));
-    }
-    invariant[p] = !moves;
-  }
+  const std::vector<bool> invariant = small_inputs_read_alike(k, {DType::bf16, DType::f16, DType::f32});
   // Per input: loaded along a paired loop, loaded otherwise (a converted row is kept in one layout or the other).
   std::vector<bool> paired(k.inputs.size(), false), plain(k.inputs.size(), false);
   bool any = false;

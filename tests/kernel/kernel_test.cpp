@@ -263,6 +263,41 @@ Graph unary_graph_for_test() {
 
 const std::vector<std::string> kCandidateFlags = {"-O2", "-std=c++17", "-fopenmp-simd", "-shared", "-fPIC", "-Wl,-z,defs"};
 
+// The candidate flags for this machine's vector units (-march=native first), as kernels that use them need.
+harness::CompileOptions native_compile_options() {
+  harness::CompileOptions co;
+  co.flags = kCandidateFlags;
+  co.flags.insert(co.flags.begin(), "-march=native");
+  return co;
+}
+
+// The harness's verdict on `source` as kernel `k` of graph `g`, compiled for this machine.
+harness::CandidateOutcome native_outcome(const Graph& g, const Kernel& k, const std::string& source) {
+  auto task = kernel_task(g, k);
+  EXPECT_TRUE(task.ok());
+  if (!task.ok()) return {};
+  return harness::evaluate_candidate(*task, source, native_compile_options());
+}
+
+// The fused groups of a zoo model's optimized graph that lower to a kernel with a RoPE stage.
+std::vector<Kernel> rope_kernels(const std::string& spec) {
+  std::vector<Kernel> out;
+  auto model = models::build_zoo_model(spec);
+  EXPECT_TRUE(model.ok());
+  if (!model.ok()) return out;
+  auto optimized = passes::run_pipeline(*model);
+  EXPECT_TRUE(optimized.ok());
+  if (!optimized.ok()) return out;
+  for (const passes::FusedGroup& fg : passes::collect_fused_groups(optimized->graph)) {
+    auto k = lower_nodes(optimized->graph, fg.members, "g" + std::to_string(fg.id));
+    if (!k.ok()) continue;
+    bool rope = false;
+    for (const Stage& st : k->stages) rope = rope || st.name.find("rope") != std::string::npos;
+    if (rope) out.push_back(std::move(*k));
+  }
+  return out;
+}
+
 // The graph's one fused kernel, emitted at its default CPU schedule, verified by the harness (normal and wide
 // inputs, two calls per trial) against the reference; returns the source for checks of its form.
 std::string verified_cpu_source(const Graph& g) {
@@ -408,9 +443,7 @@ struct LoadedCpuKernel {
   void* lib = nullptr;
   int (*fn)(const kiln_tensor*, int, kiln_tensor*, int) = nullptr;
   explicit LoadedCpuKernel(const std::string& source) {
-    harness::CompileOptions co;
-    co.flags = kCandidateFlags;
-    co.flags.insert(co.flags.begin(), "-march=native");
+    const harness::CompileOptions co = native_compile_options();
     dir = harness::make_scratch_dir("", "cpu-kernel");
     const harness::CompiledCandidate built = harness::compile_candidate(source, dir, co);
     EXPECT_EQ(built.outcome.cls, harness::OutcomeClass::compiled) << built.outcome.evidence.compiler_log;
@@ -570,12 +603,7 @@ TEST(KernelEmit, CpuStreamedStoresWriteTheSameBits) {
       EXPECT_EQ(source->find("_mm_sfence();\n#endif\n}") != std::string::npos, stream) << *source;
       // The harness first: a misaligned streamed store (rows of 1000 and 1037 start off 32 bytes) faults in its
       // worker, not in this process.
-      auto task = kernel_task(fk->first, fk->second);
-      ASSERT_TRUE(task.ok());
-      harness::CompileOptions co;
-      co.flags = kCandidateFlags;
-      co.flags.insert(co.flags.begin(), "-march=native");
-      const harness::CandidateOutcome o = harness::evaluate_candidate(*task, *source, co);
+      const harness::CandidateOutcome o = native_outcome(fk->first, fk->second, *source);
       ASSERT_EQ(o.cls, harness::OutcomeClass::passed) << o.evidence.summary << "\n" << o.evidence.compiler_log;
       const LoadedCpuKernel kernel(*source);
       outputs[stream] = kernel.run(x, {7, cols}, {7, cols});
@@ -641,12 +669,7 @@ TEST(KernelEmit, CpuPairsMatchTheReference) {
       EXPECT_EQ(body.find("kiln_stream_words(out0") != std::string::npos, stream) << body;
       EXPECT_EQ(body.find("kiln_put_word(out0") != std::string::npos, !stream) << body;
       EXPECT_EQ(body.find("_bf16_row("), std::string::npos) << body;  // no f32 row buffer
-      auto task = kernel_task(fk->first, k);
-      ASSERT_TRUE(task.ok());
-      harness::CompileOptions co;
-      co.flags = kCandidateFlags;
-      co.flags.insert(co.flags.begin(), "-march=native");
-      const harness::CandidateOutcome o = harness::evaluate_candidate(*task, *source, co);
+      const harness::CandidateOutcome o = native_outcome(fk->first, k, *source);
       ASSERT_EQ(o.cls, harness::OutcomeClass::passed) << o.evidence.summary << "\n" << o.evidence.compiler_log << "\n" << body;
       if (gi == 3) {  // GELU of one element: paired or not, the same bits
         std::vector<uint16_t> x(5 * 1000);
@@ -692,21 +715,9 @@ TEST(KernelEmit, CpuPairsMatchTheReference) {
   cuda.threads_per_row = 32;
   cuda.pairs = true;
   EXPECT_FALSE(can_implement(gelu->second, cuda, Target::cuda).ok());
-  auto model = models::build_zoo_model("flux1-double-block:tiny");
-  ASSERT_TRUE(model.ok());
-  auto optimized = passes::run_pipeline(*model);
-  ASSERT_TRUE(optimized.ok());
-  int ropes = 0;
-  for (const passes::FusedGroup& fg : passes::collect_fused_groups(optimized->graph)) {
-    auto k = lower_nodes(optimized->graph, fg.members, "g");
-    if (!k.ok()) continue;
-    bool rope = false;
-    for (const Stage& st : k->stages) rope = rope || st.name.find("rope") != std::string::npos;
-    if (!rope) continue;
-    ++ropes;
-    EXPECT_FALSE(has_pairs(*k)) << kernel_to_text(*k);
-  }
-  EXPECT_GT(ropes, 0);
+  const std::vector<Kernel> ropes = rope_kernels("flux1-double-block:tiny");
+  EXPECT_FALSE(ropes.empty());
+  for (const Kernel& k : ropes) EXPECT_FALSE(has_pairs(k)) << kernel_to_text(k);
 }
 
 // The CUDA dialect emits source nvcc accepts, for every fused group of a FLUX block (fp8 included). No GPU
@@ -788,18 +799,10 @@ TEST(KernelEmit, CudaConcatOverRowsBranchesPerRow) {
 // memory and no barrier; indices are 32-bit and the pair's element choice is fixed per unrolled element (no
 // clamped loads). With `registers` off, the same kernel keeps its rows in shared memory behind barriers.
 TEST(KernelEmit, CudaRowsLiveInRegistersWhereTheirThreadReadsThem) {
-  auto model = models::build_zoo_model("flux1-double-block");
-  ASSERT_TRUE(model.ok());
-  auto optimized = passes::run_pipeline(*model);
-  ASSERT_TRUE(optimized.ok());
   std::optional<Kernel> qk;
-  for (const passes::FusedGroup& fg : passes::collect_fused_groups(optimized->graph)) {
-    auto k = lower_nodes(optimized->graph, fg.members, "qk");
-    if (!k.ok() || k->rows != 24 * 4608) continue;  // the joint sequence's heads (join-concat-pieces)
-    bool rope = false;
-    for (const Stage& st : k->stages) rope = rope || st.name.find("rope") != std::string::npos;
-    if (!rope) continue;
-    qk = std::move(*k);
+  for (Kernel& k : rope_kernels("flux1-double-block")) {
+    if (k.rows != 24 * 4608) continue;  // the joint sequence's heads (join-concat-pieces)
+    qk = std::move(k);
     break;
   }
   ASSERT_TRUE(qk.has_value());
