@@ -86,10 +86,12 @@ KILN_FN float kiln_minnan(float a, float b) { return (a != a || b != b) ? KILN_N
 // Conversions are branch-free (selects, integer adds) so that loops over them vectorize; each gives the same
 // bits as the scalar round-to-nearest-even definition, NaNs quieted.
 KILN_FN float kiln_bf16_to_f32(uint16_t b) { return kiln_as_float((uint32_t)b << 16); }
-KILN_FN uint32_t kiln_bf16_rne_high(uint32_t u) {  // f32 bits rounded to bf16, in the high half
-  const uint32_t rne = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
-  const uint32_t quiet = (u | 0x00400000u) & 0xffff0000u;
-  return (u & 0x7fffffffu) > 0x7f800000u ? quiet : rne;
+// f32 bits rounded to bf16, in the high half: round to nearest even, NaNs quieted. The NaN test is one float
+// compare and the mask is applied once (a paired layernorm row: 15.7 -> 17.2 GB/s at 2 threads against the
+// integer mask-and-compare form, session 24).
+KILN_FN uint32_t kiln_bf16_rne_high(uint32_t u) {
+  const float f = kiln_as_float(u);
+  return (f != f ? u | 0x00400000u : u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
 }
 )";
 

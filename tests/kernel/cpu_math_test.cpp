@@ -70,16 +70,20 @@ std::string sweep_source() {
   }
   s += "}\n";
   // The CPU dialect's bf16 rounding, to compare with the shared definition.
-  return s + "extern \"C\" void kiln_bf16_sweep(const float* __restrict x, uint32_t* __restrict bits, uint32_t* __restrict rounded, int64_t n) {\n"
+  return s + "extern \"C\" void kiln_bf16_sweep(const float* __restrict x, uint32_t* __restrict bits, uint32_t* __restrict rounded, uint32_t* __restrict pair, int64_t n) {\n"
              "#pragma omp simd\n"
-             "  for (int64_t i = 0; i < n; ++i) { bits[i] = kiln_bf16_bits(x[i]); rounded[i] = kiln_as_uint(kiln_round_bf16(x[i])); }\n}\n"
+             "  for (int64_t i = 0; i < n; ++i) {\n"
+             "    bits[i] = kiln_bf16_bits(x[i]);\n"
+             "    rounded[i] = kiln_as_uint(kiln_round_bf16(x[i]));\n"
+             "    pair[i] = kiln_bf16_pair(x[i], x[n - 1 - i]);\n"  // Schedule::pairs' store (kiln_bf16_rne_high)
+             "  }\n}\n"
              // The row store (AVX-512 BF16 where the machine has it), as kernels call it on a row of up to 8192.
              "extern \"C\" void kiln_bf16_row_sweep(const float* x, uint16_t* bits, int64_t n) {\n"
              "  for (int64_t i = 0; i < n; i += 8192 - 7) kiln_store_bf16_row(bits + i, x + i, n - i < 8192 - 7 ? n - i : 8192 - 7);\n}\n";
 }
 
 using SweepFn = void (*)(int, const float*, float*, int64_t);
-using Bf16SweepFn = void (*)(const float*, uint32_t*, uint32_t*, int64_t);
+using Bf16SweepFn = void (*)(const float*, uint32_t*, uint32_t*, uint32_t*, int64_t);
 using Bf16RowSweepFn = void (*)(const float*, uint16_t*, int64_t);
 
 struct SweepLibrary {
@@ -219,14 +223,15 @@ TEST(CpuMath, SweepCatchesAPerturbedCoarseCoefficient) {
 }
 
 // The CPU dialect writes its own bf16 rounding (a float NaN test) and row store (kiln_store_bf16_row: the
-// hardware conversion, which flushes subnormals, with a scalar step around them); both must give the shared definition's bits
+// hardware conversion, which flushes subnormals, with a scalar step around them), and Schedule::pairs stores a word of
+// two (kiln_bf16_pair); all must give the shared definition's bits
 // (round to nearest even, NaNs quieted), vectorized as kernels run it: every sign, exponent and high mantissa
 // (all 2^16 high halves) with the low halves that decide rounding (0, 1, below/at/above the tie, all ones).
 TEST(CpuMath, Bf16RoundingMatchesTheSharedDefinition) {
   SweepLibrary lib;
   build(sweep_source(), backend::CpuBackendOptions{}.flags, lib);
   ASSERT_TRUE(lib.bf16) << lib.error;
-  auto shared = [](uint32_t u) {  // kiln_bf16_rne_high
+  auto shared = [](uint32_t u) {  // the definition (kiln_bf16_rne_high's before session 24)
     const uint32_t rne = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
     const uint32_t quiet = (u | 0x00400000u) & 0xffff0000u;
     return (u & 0x7fffffffu) > 0x7f800000u ? quiet : rne;
@@ -237,17 +242,18 @@ TEST(CpuMath, Bf16RoundingMatchesTheSharedDefinition) {
   }
   std::vector<float> x;
   for (uint32_t u : patterns) x.push_back(from_bits(u));
-  std::vector<uint32_t> bits(x.size()), rounded(x.size());
+  std::vector<uint32_t> bits(x.size()), rounded(x.size()), pair(x.size());
   std::vector<uint16_t> row(x.size());
-  lib.bf16(x.data(), bits.data(), rounded.data(), static_cast<int64_t>(x.size()));
+  lib.bf16(x.data(), bits.data(), rounded.data(), pair.data(), static_cast<int64_t>(x.size()));
   ASSERT_TRUE(lib.bf16_row);
   lib.bf16_row(x.data(), row.data(), static_cast<int64_t>(x.size()));
   int64_t mismatches = 0;
   for (size_t i = 0; i < patterns.size(); ++i) {
     const uint32_t want = shared(patterns[i]);
-    if (bits[i] != want >> 16 || rounded[i] != want || row[i] != want >> 16) {
-      ADD_FAILURE_AT(__FILE__, __LINE__) << fmt::format("f32 bits {:#010x}: got {:#06x} / {:#010x} / row {:#06x}, want {:#010x}",
-                                                         patterns[i], bits[i], rounded[i], row[i], want);
+    const uint32_t want_pair = shared(patterns[patterns.size() - 1 - i]) | want >> 16;
+    if (bits[i] != want >> 16 || rounded[i] != want || row[i] != want >> 16 || pair[i] != want_pair) {
+      ADD_FAILURE_AT(__FILE__, __LINE__) << fmt::format("f32 bits {:#010x}: got {:#06x} / {:#010x} / row {:#06x} / pair {:#010x}, want {:#010x} / pair {:#010x}",
+                                                         patterns[i], bits[i], rounded[i], row[i], pair[i], want, want_pair);
       if (++mismatches > 5) break;
     }
   }
