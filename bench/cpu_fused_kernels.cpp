@@ -7,7 +7,7 @@
 // read as its fastest run against a memcpy at the same thread count just before it (best of 5): the machine's
 // bandwidth moves by 2x within minutes on a shared VM, and memcpy is taken at its best too. At all cores each
 // kernel is also read in 10 paired rounds against the copy (the ratio's median and range), and the
-// default schedule is A/B'd against itself with `tables`, `stream_stores` or `pairs` flipped. The blocks are compared as
+// default schedule is A/B'd against itself with `tables`, `stream_stores`, `pairs` or `moments` flipped. The blocks are compared as
 // deployed, in the optimize loop's interleaved A/B (agent/ab_gate.h): unfused / fused per round, median and
 // 95% interval.
 // Build: cmake -DKILN_BUILD_BENCH=ON on a configured build, then `ninja kiln_cpu_fused_kernels`; or by hand:
@@ -200,7 +200,7 @@ int main(int argc, char** argv) {
                  s * 1e3, k.bytes / s / 1e9, pct, cpu_note, k.bytes / best / 1e9, pct_now, threads, bw_now / 1e9);
       report["kernels"].push_back(record);
     }
-    // The default schedule at all cores against itself with `tables` or `stream_stores` flipped: interleaved, as
+    // The default schedule at all cores against itself with a field flipped: interleaved, as
     // the optimize loop's A/B, so the machine's drift cancels (the kernels' own figures above move by 2x).
     {
       const kernel::Schedule base = kernel::default_schedule(k, kernel::Target::cpu, d.compute_units, d.cache_bytes);
@@ -218,6 +218,11 @@ int main(int argc, char** argv) {
         flipped = base;
         flipped.pairs = !base.pairs;
         flips.push_back({"pairs", flipped});
+      }
+      if (kernel::has_central_moments(k)) {
+        flipped = base;
+        flipped.moments = !base.moments;
+        flips.push_back({"moments", flipped});
       }
       backend::PlanOptions a_options;
       a_options.schedules[kernel::kernel_hash(k)] = base;
@@ -252,7 +257,10 @@ int main(int argc, char** argv) {
         auto verdict = agent::ab_compare(*backend, [&] { return (*a)->execute(); }, [&] { return (*b)->execute(); }, ab);
         KILN_CHECK(verdict.ok());
         const harness::TimingStats& r = verdict->ratio;
-        const bool on = field == "tables" ? schedule.tables : field == "pairs" ? schedule.pairs : schedule.stream_stores;
+        const bool on = field == "tables"    ? schedule.tables
+                        : field == "pairs"   ? schedule.pairs
+                        : field == "moments" ? schedule.moments
+                                             : schedule.stream_stores;
         // ratio: default / flipped; as "with the field on / off" so the reader need not know the default.
         const double on_speedup = on ? r.median : 1 / r.median;
         const double on_seconds = on ? verdict->b.median : verdict->a.median;

@@ -30,6 +30,10 @@ struct KernelContext {
   std::vector<int> tabulated;             // CPU with Schedule::tables, per expression (tabulated_exprs); else empty
   bool pairs = false;                     // CPU with Schedule::pairs: stages with a loop run over bf16 words
   std::vector<bool> pair_rows;            // with pairs, per input: kept in f32 as its evens, then its odds
+  // CPU with Schedule::moments, per stage: the variance accumulated in this (mean) stage's pass, or -1; and per
+  // stage, whether that pass already wrote it.
+  std::vector<int> moment_with;
+  std::vector<bool> in_mean_pass;
   // CPU, per input: read from an f32 copy made once per row range (kiln_h<i>).
   bool hoisted(size_t i) const { return row_invariant[i] || (pairs && pair_rows[i]); }
 };
@@ -605,7 +609,7 @@ class KernelWriter {
     std::string out;
     std::vector<size_t> written;
     for (size_t i = 0; i < k_.stages.size(); ++i) {
-      if (!(k_.stages[i].optional && !c_.s.cache_row)) written.push_back(i);
+      if (!(k_.stages[i].optional && !c_.s.cache_row) && !c_.in_mean_pass[i]) written.push_back(i);
     }
     const bool several_passes = written.size() > 1 && k_.has_reduction();
     if (several_passes) prefetch_stage_ = static_cast<int>(written.front());
@@ -1251,12 +1255,22 @@ class KernelWriter {
   // sums the lanes as a tree into acc<i> (and ORs the NaN flags). `omp simd reduction` instead keeps one or
   // two vector accumulators (a latency-bound chain) and adds its lanes one after another at the end: on a
   // row of 128 (q/k heads) that epilogue costs as much as the row.
+  //
+  // With a variance to take in the same pass (Schedule::moments, c_.moment_with), each lane sums its elements'
+  // deviations d from its first element (its shift; 0 when that is not finite) and their squares. A lane's own
+  // squared deviation sum Q - S^2/n then cancels at most a factor of its element count (its shift is one of its
+  // elements), and the lanes' means and deviation sums combine pairwise as Chan, Golub and LeVeque's update.
+  // The mean stage takes the plain sum (S + n * shift per lane), so infinities add as they would in a plain sum;
+  // any infinity or NaN makes the variance NaN, as (x - mean)^2 does.
   template <typename Update>
   void write_lane_reduction(int i, size_t first_reduced, int inner, bool flag, const Update& update) {
     const Stage& s = k_.stages[i];
     constexpr int64_t kLanes = 64;
     const std::string parts = "kiln_part" + std::to_string(i), flags = "kiln_nanp" + std::to_string(i);
     const std::string acc = "acc" + std::to_string(i), nan = "nan" + std::to_string(i);
+    const int moment = c_.moment_with[static_cast<size_t>(i)];
+    const std::string shift = "kiln_shift" + std::to_string(i), squares = "kiln_sq" + std::to_string(i),
+                      count = "kiln_count" + std::to_string(i);
     code_ += indent_ + fmt::format("float {}[{}];\n", parts, kLanes);
     if (flag) code_ += indent_ + fmt::format("int {}[{}];\n", flags, kLanes);
     code_ += indent_ + fmt::format("for (int kiln_j = 0; kiln_j < {}; ++kiln_j) {}[kiln_j] = {};\n", kLanes, parts,
@@ -1268,7 +1282,8 @@ class KernelWriter {
     const int pair = pair_axis(s) == inner ? s.space_vars[static_cast<size_t>(inner)] : -1;
     const int64_t extent = s.space[static_cast<size_t>(inner)] / (pair >= 0 ? 2 : 1);
     const int64_t last = extent % kLanes, full = extent - last;
-    auto block = [&](const std::string& base, int64_t lanes) {
+    // Lanes from element `base` on, each taking the element (pair: both elements) at base + kiln_vj.
+    auto block = [&](const std::string& base, int64_t lanes, const auto& element) {
       code_ += indent_ + d_.loop_open("kiln_vj", lanes, true, c_.s, "");
       indent_ += "  ";
       if (pair >= 0) {
@@ -1279,18 +1294,34 @@ class KernelWriter {
           pair_.half = half;
           memo_.clear();
           const std::string x = emit(s.expr);
-          code_ += indent_ + update(x, parts + "[kiln_vj]", flag, flags + "[kiln_vj]");
+          code_ += element(x, half);
         }
         pair_ = PairLoop{};
       } else {
         code_ += indent_ + fmt::format("const int64_t {} = {} + kiln_vj;\n", var_name(s.space_vars[static_cast<size_t>(inner)]), base);
         memo_.clear();  // every name emitted so far lives in the other block's body
         const std::string x = emit(s.expr);
-        code_ += indent_ + update(x, parts + "[kiln_vj]", flag, flags + "[kiln_vj]");
+        code_ += element(x, 0);
       }
       indent_.resize(indent_.size() - 2);
       code_ += indent_ + "}\n";
     };
+    auto accumulate = [&](const std::string& x, int) {
+      if (moment < 0) return indent_ + update(x, parts + "[kiln_vj]", flag, flags + "[kiln_vj]");
+      return indent_ + fmt::format("{{ const float kiln_d = {} - {}[kiln_vj]; {}[kiln_vj] += kiln_d; {}[kiln_vj] += kiln_d * kiln_d; }}\n",
+                                   x, shift, parts, squares);
+    };
+    if (moment >= 0) {
+      const int64_t per = pair >= 0 ? 2 : 1;
+      code_ += indent_ + fmt::format("// with stage {} (the variance about this mean), in one pass\n", moment);
+      code_ += indent_ + fmt::format("float {}[{}], {}[{}], {}[{}];\n", shift, kLanes, squares, kLanes, count, kLanes);
+      code_ += indent_ + fmt::format("for (int kiln_j = 0; kiln_j < {0}; ++kiln_j) {{ {1}[kiln_j] = 0.0f; {2}[kiln_j] = 0.0f; "
+                                     "{3}[kiln_j] = (float)({4} + (kiln_j < {5} ? {6} : 0)); }}\n",
+                                     kLanes, shift, squares, count, full / kLanes * per, last, per);
+      block("0", std::min(extent, kLanes), [&](const std::string& x, int half) {
+        return half > 0 ? std::string() : indent_ + fmt::format("{0}[kiln_vj] = fabsf({1}) <= 0x1.fffffep+127f ? {1} : 0.0f;\n", shift, x);
+      });
+    }
     if (full > 0) {
       code_ += indent_ + fmt::format("for (int64_t kiln_vb = 0; kiln_vb < {}; kiln_vb += {}) {{\n", full, kLanes);
       indent_ += "  ";
@@ -1304,12 +1335,41 @@ class KernelWriter {
         }
         prefetch_spread_ = !prefetch.empty();
       }
-      block("kiln_vb", kLanes);
+      block("kiln_vb", kLanes, accumulate);
       indent_.resize(indent_.size() - 2);
       code_ += indent_ + "}\n";
     }
-    if (last > 0) block(std::to_string(full), last);
+    if (last > 0) block(std::to_string(full), last, accumulate);
     close_all(outer_loops);
+    if (moment >= 0) {
+      // Each lane's mean (relative to lane 0's shift: lane means of a row far from 0 would otherwise differ by
+      // less than their rounding), its squared deviations about it, and its plain sum; then the lanes pairwise.
+      code_ += indent_ + fmt::format("const float kiln_base{} = {}[0];\n", i, shift);
+      code_ += indent_ + fmt::format("for (int kiln_j = 0; kiln_j < {}; ++kiln_j) {{\n", kLanes);
+      // An empty lane (rows of fewer than 64 steps) has count 0 and sums 0: the 2^-100 added to a count makes its
+      // mean and weight 0 instead of 0/0, and leaves a count of 1 or more as it is. A select there instead cost
+      // the modulated layernorm 15% from cache (its divisions were no longer vectorized).
+      code_ += indent_ + fmt::format("  const float kiln_m = {}[kiln_j] / ({}[kiln_j] + 0x1p-100f);\n", parts, count);
+      code_ += indent_ + fmt::format("  const float kiln_q = {}[kiln_j] - {}[kiln_j] * kiln_m;\n", squares, parts);
+      code_ += indent_ + fmt::format("  {}[kiln_j] = kiln_q < 0.0f ? 0.0f : kiln_q;  // rounding; a NaN stays\n", squares);
+      code_ += indent_ + fmt::format("  {}[kiln_j] += {}[kiln_j] * {}[kiln_j];\n", parts, count, shift);
+      code_ += indent_ + fmt::format("  {0}[kiln_j] = ({0}[kiln_j] - kiln_base{1}) + kiln_m;\n", shift, i);
+      code_ += indent_ + "}\n";
+      for (int64_t w = kLanes / 2; w >= 1; w /= 2) {
+        code_ += indent_ + fmt::format("for (int kiln_j = 0; kiln_j < {}; ++kiln_j) {{\n", w);
+        code_ += indent_ + fmt::format("  const float kiln_na = {0}[kiln_j], kiln_nb = {0}[kiln_j + {1}], kiln_n = kiln_na + kiln_nb;\n", count, w);
+        code_ += indent_ + "  const float kiln_f = kiln_nb / (kiln_n + 0x1p-100f);\n";
+        code_ += indent_ + fmt::format("  const float kiln_delta = {0}[kiln_j + {1}] - {0}[kiln_j];\n", shift, w);
+        code_ += indent_ + fmt::format("  {}[kiln_j] += kiln_delta * kiln_f;\n", shift);
+        code_ += indent_ + fmt::format("  {0}[kiln_j] += {0}[kiln_j + {1}] + kiln_delta * kiln_delta * kiln_na * kiln_f;\n", squares, w);
+        code_ += indent_ + fmt::format("  {}[kiln_j] = kiln_n;\n", count);
+        code_ += indent_ + fmt::format("  {0}[kiln_j] += {0}[kiln_j + {1}];\n", parts, w);
+        code_ += indent_ + "}\n";
+      }
+      code_ += indent_ + fmt::format("{} = {}[0];\n", acc, parts);
+      code_ += indent_ + fmt::format("const float acc{} = {}[0];\n", moment, squares);
+      return;
+    }
     const bool sum = s.reduce_kind == ReduceKind::sum || s.reduce_kind == ReduceKind::mean;
     for (int64_t w = kLanes / 2; w >= 1; w /= 2) {
       const std::string a = fmt::format("{}[kiln_j]", parts), b = fmt::format("{}[kiln_j + {}]", parts, w);
@@ -1320,6 +1380,19 @@ class KernelWriter {
     }
     code_ += indent_ + fmt::format("{} = {}[0];\n", acc, parts);
     if (flag) code_ += indent_ + fmt::format("{} = {}[0];\n", nan, flags);
+  }
+
+  // A row's reduced value, where its readers and its output take it.
+  void write_reduced_value(int i, const std::string& value) {
+    const Stage& s = k_.stages[static_cast<size_t>(i)];
+    const std::string target = idx(s.target);
+    if (c_.place[i] == RowBuffer::registers) code_ += indent_ + fmt::format("s{}_r = {};\n", i, value);  // every thread
+    if (c_.place[i] == RowBuffer::shared || s.output >= 0) {
+      code_ += indent_ + d_.single_writer_open();
+      if (c_.place[i] == RowBuffer::shared) code_ += indent_ + d_.buffer(i, target) + " = " + value + ";\n";
+      if (s.output >= 0) code_ += indent_ + d_.store_guard_open() + indent_ + store(s, target, value) + indent_ + d_.store_guard_close();
+      code_ += indent_ + d_.single_writer_close();
+    }
   }
 
   void write_reduce(int i) {
@@ -1358,6 +1431,7 @@ class KernelWriter {
       if (!spread_threads && c_.s.vector_width > 1 && inner >= 0 && s.space[inner] > 1) {
         write_lane_reduction(i, first_reduced, inner, flag, update);
       } else {
+        KILN_CHECK(c_.moment_with[static_cast<size_t>(i)] < 0);  // central_moment_of takes lane reductions only
         for (size_t a = first_reduced; a < s.space.size(); ++a) open(s, a, static_cast<int>(a) == inner, clause);
         const std::string x = emit(s.expr);
         code_ += indent_ + update(x, acc, flag, nan);
@@ -1365,15 +1439,9 @@ class KernelWriter {
       close_all(kept_loops);
       if (inner < 0 && spread_threads) code_ += indent_ + "}\n";
       if (spread_threads) code_ += indent_ + d_.reduce_exchange(acc, nan, s.reduce_kind, c_.s);
-      const std::string value = finalize(s, acc, flag ? nan : "");
-      const std::string target = idx(s.target);
-      if (c_.place[i] == RowBuffer::registers) code_ += indent_ + fmt::format("s{}_r = {};\n", i, value);  // every thread
-      if (c_.place[i] == RowBuffer::shared || s.output >= 0) {
-        code_ += indent_ + d_.single_writer_open();
-        if (c_.place[i] == RowBuffer::shared) code_ += indent_ + d_.buffer(i, target) + " = " + value + ";\n";
-        if (s.output >= 0) code_ += indent_ + d_.store_guard_open() + indent_ + store(s, target, value) + indent_ + d_.store_guard_close();
-        code_ += indent_ + d_.single_writer_close();
-      }
+      write_reduced_value(i, finalize(s, acc, flag ? nan : ""));
+      const int moment = c_.moment_with[static_cast<size_t>(i)];  // taken in this pass (write_lane_reduction)
+      if (moment >= 0) write_reduced_value(moment, finalize(k_.stages[static_cast<size_t>(moment)], "acc" + std::to_string(moment), ""));
       close_all(0);
       return;
     }
@@ -1512,7 +1580,8 @@ Result<EmittedModule> emit_module(const std::vector<KernelToEmit>& kernels, Targ
       }
     }
     KernelContext c{k, item.schedule, item.entry, {}, cuda_row_buffers(k, item.schedule), false, false, false, coarse_outputs_only(k),
-                    target == Target::cpu ? row_invariant_inputs(k) : std::vector<bool>(k.inputs.size(), false), {}, false, {}};
+                    target == Target::cpu ? row_invariant_inputs(k) : std::vector<bool>(k.inputs.size(), false), {}, false, {},
+                    std::vector<int>(k.stages.size(), -1), std::vector<bool>(k.stages.size(), false)};
     for (size_t i = 0; i < k.stages.size(); ++i) {
       const Stage& s = k.stages[i];
       if (target == Target::cpu && c.place[i] == RowBuffer::registers) c.place[i] = RowBuffer::shared;
@@ -1527,6 +1596,14 @@ Result<EmittedModule> emit_module(const std::vector<KernelToEmit>& kernels, Targ
       KILN_CHECK(plan.has_value());  // can_implement refuses pairs otherwise
       c.pairs = true;
       c.pair_rows = plan->split_rows;
+    }
+    if (target == Target::cpu && item.schedule.moments) {
+      for (size_t i = 0; i < k.stages.size(); ++i) {
+        const int mean = central_moment_of(k, static_cast<int>(i));
+        if (mean < 0 || c.moment_with[static_cast<size_t>(mean)] >= 0) continue;
+        c.moment_with[static_cast<size_t>(mean)] = static_cast<int>(i);
+        c.in_mean_pass[i] = true;
+      }
     }
     KernelWriter writer(c, *dialect, tables, value_tables);
     bodies += fmt::format("\n// kernel {} ({} rows of {}), schedule {}\n", k.name, k.rows, shape_to_string(k.row_shape),

@@ -107,6 +107,13 @@ double input_bytes_read(const Kernel& kernel);
 // Whether `op` can appear inside a generated kernel at all (with floating dtypes).
 bool kernel_supports_op(Op op);
 
+// When stage `stage` is a second central moment, the stage m it is taken about: it accumulates (t - m)^2 (mean
+// or sum) where t is the term of m, a mean stage, over the same space (layernorm's variance); both are one f32
+// value per row over one loop, and m is not an output. Else -1 (moments.cpp). Such a pair can be accumulated in
+// one pass over the row (Schedule::moments).
+int central_moment_of(const Kernel& kernel, int stage);
+bool has_central_moments(const Kernel& kernel);
+
 // Readable dump of the IR (for docs, debugging and tests).
 std::string kernel_to_text(const Kernel& kernel);
 // Structural hash of what the kernel computes (exprs, stages, shapes, dtypes; not names): equal kernels

@@ -217,6 +217,7 @@ std::string schedule_to_json(const Schedule& s) {
   if (s.tables) j["tables"] = true;
   if (s.stream_stores) j["stream_stores"] = true;
   if (s.pairs) j["pairs"] = true;
+  if (s.moments) j["moments"] = true;
   return j.dump();
 }
 
@@ -250,18 +251,20 @@ Result<Schedule> schedule_from_json(const std::string& text) {
       KILN_TRY(integer(s.vector_width));
     } else if (key == "unroll") {
       KILN_TRY(integer(s.unroll));
-    } else if (key == "registers" || key == "cache_row" || key == "tables" || key == "stream_stores" || key == "pairs") {
+    } else if (key == "registers" || key == "cache_row" || key == "tables" || key == "stream_stores" || key == "pairs" ||
+               key == "moments") {
       if (!value.is_boolean()) return make_error(ErrorCode::parse_error, "schedule field '" + key + "' must be a boolean");
       (key == "registers"       ? s.registers
        : key == "cache_row"     ? s.cache_row
        : key == "tables"        ? s.tables
        : key == "stream_stores" ? s.stream_stores
-                                : s.pairs) = value.get<bool>();
+       : key == "pairs"         ? s.pairs
+                                : s.moments) = value.get<bool>();
     } else {
       return make_error(ErrorCode::parse_error,
                         "unknown schedule field '" + key +
                             "' (fields: rows_per_task, threads, threads_per_row, vector_width, cache_row, unroll, "
-                            "registers, tables, stream_stores, pairs)");
+                            "registers, tables, stream_stores, pairs, moments)");
     }
   }
   return s;
@@ -275,9 +278,10 @@ int64_t cuda_row_buffer_floats(int64_t local_size, const Schedule& s) {
 }
 
 std::string schedule_to_string(const Schedule& s) {
-  return fmt::format("rows={} threads={} tpr={} vec={} {} unroll={}{}{}{}{}", s.rows_per_task, s.threads, s.threads_per_row,
+  return fmt::format("rows={} threads={} tpr={} vec={} {} unroll={}{}{}{}{}{}", s.rows_per_task, s.threads, s.threads_per_row,
                      s.vector_width, s.cache_row ? "cache" : "reread", s.unroll, s.registers ? "" : " smem",
-                     s.tables ? " tables" : "", s.stream_stores ? " stream" : "", s.pairs ? " pairs" : "");
+                     s.tables ? " tables" : "", s.stream_stores ? " stream" : "", s.pairs ? " pairs" : "",
+                     s.moments ? " moments" : "");
 }
 
 Status can_implement(const Kernel& k, const Schedule& s, Target target) {
@@ -317,10 +321,17 @@ Status can_implement(const Kernel& k, const Schedule& s, Target target) {
         return field_error("pairs", "is set but the kernel's loops do not read and write bf16 rows a word at a time");
       }
     }
+    if (s.moments) {
+      if (s.vector_width < 2) return field_error("moments", "needs vector_width >= 2 (the lanes of a row's reduction)");
+      if (!has_central_moments(k)) {
+        return field_error("moments", "is set but no stage of the kernel is a variance about another stage's mean");
+      }
+    }
   } else {
     if (s.tables) return field_error("tables", "is a CPU field (lookup tables are not emitted for CUDA)");
     if (s.stream_stores) return field_error("stream_stores", "is a CPU field (non-temporal row stores)");
     if (s.pairs) return field_error("pairs", "is a CPU field (bf16 words of two elements)");
+    if (s.moments) return field_error("moments", "is a CPU field (one-pass mean and variance in a row's lanes)");
     if (s.threads != 1) return field_error("threads", "is a CPU field; on CUDA use threads_per_row (got " +
                                                           std::to_string(s.threads) + ")");
     // Rows narrower than a warp share one: the block must still be whole warps, which the shuffles of a
@@ -401,6 +412,9 @@ Schedule default_schedule(const Kernel& k, Target target, int cores, int64_t cac
   // A paired row is streamed through a row of words, a copy more: at 2 threads from memory, rmsnorm, layernorm
   // and the gated residual ran 0.87-0.95x as fast paired and streamed as paired alone (session 23, two runs).
   if (s.pairs) s.stream_stores = false;
+  // One pass for a layernorm's mean and variance: a modulated bf16 layernorm [4096, 3072] at 2 threads of the
+  // AVX2 VM, 14.5 -> 16.0 GB/s (session 24, the generated kernel against its hand-fused twin).
+  s.moments = s.vector_width > 1 && has_central_moments(k);
   return s;
 }
 
@@ -413,6 +427,7 @@ std::vector<Schedule> schedule_space(const Kernel& k, Target target, int cores) 
   if (target == Target::cpu) {
     const bool tabulable = has_tabulated_exprs(k);
     const std::vector<bool> pairings = has_pairs(k) ? std::vector<bool>{false, true} : std::vector<bool>{false};
+    const std::vector<bool> one_pass = has_central_moments(k) ? std::vector<bool>{false, true} : std::vector<bool>{false};
     // Streaming stores only where the outputs could outgrow a core's share of cache (under 1 MiB they stay).
     const std::vector<bool> streams = k.bytes > (1 << 20) ? std::vector<bool>{false, true} : std::vector<bool>{false};
     std::vector<int> thread_counts = {1};
@@ -426,11 +441,14 @@ std::vector<Schedule> schedule_space(const Kernel& k, Target target, int cores) 
               for (bool table : tabulable ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
                 for (bool stream : streams) {
                   for (bool pair : pairings) {
-                    Schedule s{rpt, threads, 1, vec, cache, unroll};
-                    s.tables = table;
-                    s.stream_stores = stream;
-                    s.pairs = pair;
-                    if (can_implement(k, s, target).ok()) out.push_back(s);
+                    for (bool moments : one_pass) {
+                      Schedule s{rpt, threads, 1, vec, cache, unroll};
+                      s.tables = table;
+                      s.stream_stores = stream;
+                      s.pairs = pair;
+                      s.moments = moments;
+                      if (can_implement(k, s, target).ok()) out.push_back(s);
+                    }
                   }
                 }
               }

@@ -20,6 +20,10 @@
 //                    destination's lines into the cache first (for outputs the cache cannot hold anyway)
 //   pairs            CPU: a stage's loop runs over 32-bit words of two bf16 elements, which convert to and
 //                    from f32 with a shift and a mask (emit_cpu.h, pair_plan)
+//   moments          CPU: a mean and the second central moment about it (central_moment_of: layernorm's mean and
+//                    variance) accumulate in one pass over the row instead of two: each lane sums its elements'
+//                    deviations from its first element and their squares, and the lanes combine as Chan et al.'s
+//                    pairwise update, so no sum of squares is cancelled against a large mean
 #pragma once
 
 #include <optional>
@@ -41,6 +45,7 @@ struct Schedule {
   bool tables = false;
   bool stream_stores = false;
   bool pairs = false;
+  bool moments = false;
   bool operator==(const Schedule& other) const = default;
 };
 
@@ -110,7 +115,8 @@ Status can_implement(const Kernel& kernel, const Schedule& schedule, Target targ
 // A sensible default for the kernel on the target (what runs before tuning). On the CPU it reads tables where
 // a call evaluates at least kTableMinElements tabulable values, streams its stores where the kernel moves
 // more bytes than `cache_bytes` (the last-level cache; 0: never) in rows of at least kStreamMinRow elements,
-// and pairs (reads no table, streams nothing) in rows of at least kPairMinRow elements.
+// and pairs (reads no table, streams nothing) in rows of at least kPairMinRow elements. It takes a row's mean and
+// variance in one pass (moments) wherever the kernel has them.
 inline constexpr int64_t kTableMinElements = 65536;
 inline constexpr int64_t kStreamMinRow = 2048;
 inline constexpr int64_t kPairMinRow = 1024;

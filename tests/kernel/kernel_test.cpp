@@ -130,7 +130,7 @@ TEST(KernelSchedule, JsonRoundTripAndErrors) {
   auto back = schedule_from_json(schedule_to_json(s));
   ASSERT_TRUE(back.ok());
   EXPECT_EQ(*back, s);
-  // tables, stream_stores and pairs round-trip, and are written only when set (older schedules keep their text).
+  // tables, stream_stores, pairs and moments round-trip, and are written only when set (older schedules keep their text).
   EXPECT_EQ(schedule_to_json(s).find("tables"), std::string::npos);
   EXPECT_EQ(schedule_to_json(s).find("pairs"), std::string::npos);
   Schedule t = s;
@@ -145,6 +145,14 @@ TEST(KernelSchedule, JsonRoundTripAndErrors) {
   ASSERT_TRUE(p_back.ok());
   EXPECT_EQ(*p_back, p);
   EXPECT_NE(schedule_to_string(p).find(" pairs"), std::string::npos);
+  EXPECT_EQ(schedule_to_json(s).find("moments"), std::string::npos);
+  Schedule m = s;
+  m.moments = true;
+  auto m_back = schedule_from_json(schedule_to_json(m));
+  ASSERT_TRUE(m_back.ok());
+  EXPECT_EQ(*m_back, m);
+  EXPECT_NE(schedule_to_string(m).find(" moments"), std::string::npos);
+  EXPECT_FALSE(schedule_from_json(R"({"moments": 1})").ok());
   EXPECT_FALSE(schedule_from_json(R"({"tables": 1})").ok());
   EXPECT_FALSE(schedule_from_json(R"({"pairs": "yes"})").ok());
   auto bad = schedule_from_json(R"({"rows_per_task": 2, "lanes": 4})");
@@ -913,6 +921,119 @@ int main() {
   EXPECT_EQ(rc, 0) << text;
   EXPECT_NE(text.find("ok"), std::string::npos) << text;
   std::filesystem::remove_all(dir);
+}
+
+// Schedule::moments: a layernorm's mean and variance in one pass (central_moment_of finds the pair by its
+// structure). The harness verifies modulated bf16 layernorms paired and not, in rows of 96, 1000 (past whole
+// 64-lane blocks) and 3072, and rows of 33 (lanes left empty). A variance output in f32 is then checked against
+// fp64 on rows that break a plain sum of squares: an offset of 10^4 with a spread of 10^-2, a first element far
+// out (it is a lane's shift), a constant row; an infinity or a NaN gives NaN. A variance of one input about
+// another input's mean is no central moment; rmsnorm and CUDA refuse the field.
+TEST(KernelEmit, CpuMomentsMatchTheReference) {
+  for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{{9, 96}, {7, 1000}, {5, 3072}, {6, 33}}) {
+    auto fk = fused_kernel(layernorm_modulate_graph(DType::bf16, rows, cols));
+    ASSERT_TRUE(fk.ok()) << fk.error().message;
+    const Kernel& k = fk->second;
+    SCOPED_TRACE(kernel_to_text(k));
+    ASSERT_TRUE(has_central_moments(k));
+    Schedule base = default_schedule(k, Target::cpu, 1);
+    EXPECT_TRUE(base.moments);
+    for (bool pairs : {false, true}) {
+      if (pairs && !has_pairs(k)) continue;
+      Schedule s = base;
+      s.pairs = pairs;
+      ASSERT_TRUE(can_implement(k, s, Target::cpu).ok());
+      auto source = emit_harness_candidate(k, s);
+      ASSERT_TRUE(source.ok());
+      const std::string body = source->substr(source->find("// kernel"));
+      EXPECT_NE(body.find("in one pass"), std::string::npos) << body;
+      EXPECT_EQ(body.find("stage 3:"), std::string::npos) << body;  // the variance has no pass of its own
+      const harness::CandidateOutcome o = native_outcome(fk->first, k, *source);
+      ASSERT_EQ(o.cls, harness::OutcomeClass::passed) << o.evidence.summary << "\n" << o.evidence.compiler_log << "\n" << body;
+    }
+  }
+  // The variance itself, f32, against fp64.
+  const int64_t cols = 1000;
+  Graph g;
+  {
+    const ValueId x = *g.add_input("x", {DType::f32, {7, cols}}, Binding::per_call);
+    const Attrs last = {{"axes", std::vector<int64_t>{-1}}, {"keepdims", int64_t{1}}};
+    const ValueId mean = (*g.add_node(Op::reduce_mean, {x}, last, {"mean"}))[0];
+    const ValueId d = (*g.add_node(Op::sub, {x, mean}, {}, {"d"}))[0];
+    const ValueId sq = (*g.add_node(Op::mul, {d, d}, {}, {"sq"}))[0];
+    KILN_CHECK(g.add_output("var", (*g.add_node(Op::reduce_mean, {sq}, last, {"var"}))[0]).ok());
+  }
+  auto var = fused_kernel(g);
+  ASSERT_TRUE(var.ok()) << var.error().message;
+  ASSERT_TRUE(has_central_moments(var->second)) << kernel_to_text(var->second);
+  std::vector<float> x(7 * cols);
+  for (int64_t c = 0; c < cols; ++c) {
+    const double wave = std::sin(0.7 * static_cast<double>(c)) + 0.3 * std::cos(2.3 * static_cast<double>(c));
+    x[c] = static_cast<float>(wave);                       // row 0: plain
+    x[cols + c] = static_cast<float>(1e4 + 0.01 * wave);   // row 1: offset 10^4, spread 10^-2
+    x[2 * cols + c] = c == 0 ? 3e4f : static_cast<float>(wave);  // row 2: the first element far out
+    x[3 * cols + c] = 2.5f;                                // row 3: constant
+    x[4 * cols + c] = c == 500 ? INFINITY : static_cast<float>(wave);
+    x[5 * cols + c] = c == 999 ? NAN : static_cast<float>(wave);
+    x[6 * cols + c] = static_cast<float>(-3e3 + wave);
+  }
+  std::vector<double> want(7);
+  for (int64_t r = 0; r < 7; ++r) {
+    double mean = 0, m2 = 0;
+    for (int64_t c = 0; c < cols; ++c) mean += x[r * cols + c];
+    mean /= static_cast<double>(cols);
+    for (int64_t c = 0; c < cols; ++c) m2 += (x[r * cols + c] - mean) * (x[r * cols + c] - mean);
+    want[r] = m2 / static_cast<double>(cols);
+  }
+  for (bool moments : {false, true}) {
+    Schedule s = default_schedule(var->second, Target::cpu, 1);
+    s.moments = moments;
+    auto source = emit_harness_candidate(var->second, s);
+    ASSERT_TRUE(source.ok());
+    EXPECT_EQ(source->find("in one pass") != std::string::npos, moments);
+    const LoadedCpuKernel kernel(*source);
+    ASSERT_NE(kernel.fn, nullptr);
+    const std::vector<int64_t> in_shape = {7, cols}, out_shape = {7, 1};
+    std::vector<float> got(7, -1.0f);
+    kiln_tensor in{x.data(), in_shape.data(), 2, KILN_F32};
+    kiln_tensor out{got.data(), out_shape.data(), 2, KILN_F32};
+    ASSERT_EQ(kernel.fn(&in, 1, &out, 1), 0);
+    for (int64_t r : {0, 1, 2, 6}) {
+      EXPECT_NEAR(got[r], want[r], 5e-5 * want[r]) << "row " << r << (moments ? " (one pass)" : " (two passes)");
+    }
+    EXPECT_EQ(got[3], 0.0f) << (moments ? "one pass" : "two passes");
+    EXPECT_TRUE(std::isnan(got[4])) << got[4];
+    EXPECT_TRUE(std::isnan(got[5])) << got[5];
+  }
+  // Not a central moment: x's squared deviation from y's mean.
+  Graph other;
+  {
+    const ValueId x = *other.add_input("x", {DType::f32, {4, 64}}, Binding::per_call);
+    const ValueId y = *other.add_input("y", {DType::f32, {4, 64}}, Binding::per_call);
+    const Attrs last = {{"axes", std::vector<int64_t>{-1}}, {"keepdims", int64_t{1}}};
+    const ValueId mean = (*other.add_node(Op::reduce_mean, {y}, last, {"mean"}))[0];
+    const ValueId d = (*other.add_node(Op::sub, {x, mean}, {}, {"d"}))[0];
+    const ValueId sq = (*other.add_node(Op::mul, {d, d}, {}, {"sq"}))[0];
+    KILN_CHECK(other.add_output("v", (*other.add_node(Op::reduce_mean, {sq}, last, {"v"}))[0]).ok());
+  }
+  auto not_moment = fused_kernel(other);
+  ASSERT_TRUE(not_moment.ok()) << not_moment.error().message;
+  EXPECT_FALSE(has_central_moments(not_moment->second)) << kernel_to_text(not_moment->second);
+  Schedule refused = default_schedule(not_moment->second, Target::cpu, 1);
+  EXPECT_FALSE(refused.moments);
+  refused.moments = true;
+  const Status st = can_implement(not_moment->second, refused, Target::cpu);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.error().message.find("moments"), std::string::npos) << st.error().message;
+  auto ln = fused_kernel(layernorm_modulate_graph(DType::bf16, 4, 64));
+  ASSERT_TRUE(ln.ok());
+  Schedule scalar = default_schedule(ln->second, Target::cpu, 1);
+  scalar.vector_width = 1;
+  EXPECT_FALSE(can_implement(ln->second, scalar, Target::cpu).ok());
+  Schedule cuda;
+  cuda.threads_per_row = 32;
+  cuda.moments = true;
+  EXPECT_FALSE(can_implement(ln->second, cuda, Target::cuda).ok());
 }
 
 }  // namespace
