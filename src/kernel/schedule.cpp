@@ -413,7 +413,7 @@ Schedule default_schedule(const Kernel& k, Target target, int cores, int64_t cac
   // and the gated residual ran 0.87-0.95x as fast paired and streamed as paired alone (session 23, two runs).
   if (s.pairs) s.stream_stores = false;
   // One pass for a layernorm's mean and variance: a modulated bf16 layernorm [4096, 3072] at 2 threads of the
-  // AVX2 VM, 14.5 -> 16.0 GB/s (session 24, the generated kernel against its hand-fused twin).
+  // AVX2 VM ran 1.15x [1.12, 1.16] as fast (session 24, the bench's A/B).
   s.moments = s.vector_width > 1 && has_central_moments(k);
   return s;
 }
