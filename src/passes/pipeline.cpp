@@ -12,6 +12,7 @@
 #include "passes/fuse_rows.h"
 #include "passes/merge_gemms.h"
 #include "passes/pack_weight_scales.h"
+#include "passes/rematerialize.h"
 #include "passes/residual_epilogues.h"
 #include "passes/sink_concat.h"
 #include "passes/split_gemms.h"
@@ -52,6 +53,8 @@ const PassEntry kPipeline[] = {
     {"dce", Exactness::exact, any_target<eliminate_dead_code>},
     {"residual-epilogues", Exactness::reassociating, fold_residual_epilogues}, // x + gate * GEMM: its epilogue
     {"fuse-rows", Exactness::exact, any_target<fuse_rows_default>},              // annotates fused groups
+    {"rematerialize", Exactness::exact, any_target<rematerialize>,                // a group recomputes a cheap input
+     "fuse-rows"},
     {"fold-epilogues", Exactness::reassociating, any_target<fold_gemm_epilogues>}, // lone bias/GELU back to the GEMM
     {"canonicalize-views", Exactness::exact, any_target<canonicalize_views>},    // views become groups' load index maps
     {"join-concat-pieces", Exactness::exact, any_target<join_concat_pieces>},    // congruent pieces of a concat: one kernel
