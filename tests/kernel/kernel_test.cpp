@@ -733,7 +733,8 @@ TEST(KernelEmit, CpuPairsMatchTheReference) {
 TEST(KernelEmit, CudaDialectCompilesWithNvcc) {
   const std::string nvcc = "/usr/local/cuda/bin/nvcc";
   if (!std::filesystem::exists(nvcc)) GTEST_SKIP() << "no CUDA toolkit at " << nvcc;
-  for (const char* spec : {"flux1-double-block:tiny", "flux1-single-block:tiny,dtype=fp8"}) {
+  for (const char* spec : {"flux1-double-block:tiny", "flux1-single-block:tiny,dtype=fp8",
+                           "flux1-double-block:tiny,dtype=fp8,fp8_scaling=tensor,img_tokens=512"}) {
     auto model = models::build_zoo_model(spec);
     ASSERT_TRUE(model.ok());
     auto optimized = passes::run_pipeline(*model);
