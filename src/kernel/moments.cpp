@@ -1,7 +1,10 @@
 // Central moments in the kernel IR (kernel_ir.h, central_moment_of): a reduce stage that accumulates the squared
 // deviation of another mean stage's term from that mean. Layernorm's variance is one (decompose.cpp writes
 // reduce_mean((x - reduce_mean(x))^2)); the rule is structural, not a list of ops that lower to it.
+#include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "kernel/kernel_ir.h"
 
@@ -19,12 +22,16 @@ int through_caches(const Kernel& k, int id) {
 }
 
 // Whether expressions `a` and `b` compute the same value at corresponding loop points, where `b`'s loop
-// variables stand for `a`'s through `rename` (b's variable id -> a's).
-bool same_up_to_vars(const Kernel& k, int a, int b, const std::vector<std::pair<int, int>>& rename) {
+// variables stand for `a`'s through `rename` (b's variable id -> a's). `compared`: pairs already under
+// comparison (a pair met again is equal unless the first meeting finds otherwise, which ends it all), so a
+// DAG is walked once, not once per path.
+bool same_up_to_vars(const Kernel& k, int a, int b, const std::vector<std::pair<int, int>>& rename,
+                     std::set<std::pair<int, int>>& compared) {
   a = through_caches(k, a);
   b = through_caches(k, b);
   if (a == b) return true;
   if (a < 0 || b < 0) return false;
+  if (!compared.insert({a, b}).second) return true;
   const Expr& x = k.exprs[static_cast<size_t>(a)];
   const Expr& y = k.exprs[static_cast<size_t>(b)];
   if (x.kind != y.kind || x.op != y.op || x.gelu_tanh != y.gelu_tanh || x.dtype != y.dtype || x.param != y.param ||
@@ -41,9 +48,9 @@ bool same_up_to_vars(const Kernel& k, int a, int b, const std::vector<std::pair<
   };
   if (index_key(x.offset) != renamed(y.offset) || index_key(x.condition) != renamed(y.condition)) return false;
   for (size_t o = 0; o < x.operands.size(); ++o) {
-    if (!same_up_to_vars(k, x.operands[o], y.operands[o], rename)) return false;
+    if (!same_up_to_vars(k, x.operands[o], y.operands[o], rename, compared)) return false;
   }
-  return same_up_to_vars(k, x.inline_fallback, y.inline_fallback, rename);
+  return same_up_to_vars(k, x.inline_fallback, y.inline_fallback, rename, compared);
 }
 
 // One f32 value per row, accumulated over the trailing axes of its space, only one of which has a loop (what
@@ -85,7 +92,8 @@ int central_moment_of(const Kernel& k, int stage) {
     for (size_t a = 0; a < v.space.size(); ++a) {
       if (v.space_vars[a] >= 0 && v.space_vars[a] != m.space_vars[a]) rename.push_back({v.space_vars[a], m.space_vars[a]});
     }
-    if (same_up_to_vars(k, m.expr, deviation.operands[static_cast<size_t>(side)], rename)) return mean.stage;
+    std::set<std::pair<int, int>> compared;
+    if (same_up_to_vars(k, m.expr, deviation.operands[static_cast<size_t>(side)], rename, compared)) return mean.stage;
   }
   return -1;
 }
