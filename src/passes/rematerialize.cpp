@@ -56,10 +56,9 @@ PassResult rematerialize(const Graph& g) {
   for (NodeId id = 0; id < static_cast<NodeId>(g.nodes().size()); ++id) {
     for (ValueId v : g.node(id).inputs) readers[v].push_back(id);
   }
-  // (value, reading group) -> the cone that group recomputes.
   // Only within a stage: a value computed at load time (a weight's cast) or per step stays where it is, read.
   const std::vector<Binding> time = classify_binding_times(g);
-  std::map<std::pair<ValueId, int32_t>, Cone> plan;
+  std::map<std::pair<ValueId, int32_t>, Cone> plan;  // (value, reading group) -> the cone that group recomputes
   for (const Node& n : g.nodes()) {
     if (n.group < 0) continue;
     for (ValueId v : n.outputs) {
