@@ -30,10 +30,10 @@ struct KernelContext {
   std::vector<int> tabulated;             // CPU with Schedule::tables, per expression (tabulated_exprs); else empty
   bool pairs = false;                     // CPU with Schedule::pairs: stages with a loop run over bf16 words
   std::vector<bool> pair_rows;            // with pairs, per input: kept in f32 as its evens, then its odds
-  // CPU with Schedule::moments, per stage: the variance accumulated in this (mean) stage's pass, or -1; and per
-  // stage, whether that pass already wrote it.
+  // CPU with Schedule::moments, per stage: the variance accumulated in this (mean) stage's pass, or -1.
   std::vector<int> moment_with;
-  std::vector<bool> in_mean_pass;
+  // Whether stage i is such a variance, written by its mean's pass.
+  bool in_mean_pass(int i) const { return std::find(moment_with.begin(), moment_with.end(), i) != moment_with.end(); }
   // CPU, per input: read from an f32 copy made once per row range (kiln_h<i>).
   bool hoisted(size_t i) const { return row_invariant[i] || (pairs && pair_rows[i]); }
 };
@@ -609,7 +609,7 @@ class KernelWriter {
     std::string out;
     std::vector<size_t> written;
     for (size_t i = 0; i < k_.stages.size(); ++i) {
-      if (!(k_.stages[i].optional && !c_.s.cache_row) && !c_.in_mean_pass[i]) written.push_back(i);
+      if (!(k_.stages[i].optional && !c_.s.cache_row) && !c_.in_mean_pass(static_cast<int>(i))) written.push_back(i);
     }
     const bool several_passes = written.size() > 1 && k_.has_reduction();
     if (several_passes) prefetch_stage_ = static_cast<int>(written.front());
@@ -1581,7 +1581,7 @@ Result<EmittedModule> emit_module(const std::vector<KernelToEmit>& kernels, Targ
     }
     KernelContext c{k, item.schedule, item.entry, {}, cuda_row_buffers(k, item.schedule), false, false, false, coarse_outputs_only(k),
                     target == Target::cpu ? row_invariant_inputs(k) : std::vector<bool>(k.inputs.size(), false), {}, false, {},
-                    std::vector<int>(k.stages.size(), -1), std::vector<bool>(k.stages.size(), false)};
+                    std::vector<int>(k.stages.size(), -1)};
     for (size_t i = 0; i < k.stages.size(); ++i) {
       const Stage& s = k.stages[i];
       if (target == Target::cpu && c.place[i] == RowBuffer::registers) c.place[i] = RowBuffer::shared;
@@ -1602,7 +1602,6 @@ Result<EmittedModule> emit_module(const std::vector<KernelToEmit>& kernels, Targ
         const int mean = central_moment_of(k, static_cast<int>(i));
         if (mean < 0 || c.moment_with[static_cast<size_t>(mean)] >= 0) continue;
         c.moment_with[static_cast<size_t>(mean)] = static_cast<int>(i);
-        c.in_mean_pass[i] = true;
       }
     }
     KernelWriter writer(c, *dialect, tables, value_tables);

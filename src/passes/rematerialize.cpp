@@ -6,7 +6,9 @@
 #include <map>
 #include <set>
 
+#include "passes/graph_copier.h"
 #include "passes/staging.h"
+#include "passes/value_readers.h"
 
 namespace kiln::passes {
 namespace {
@@ -52,10 +54,7 @@ Cone cone_of(const Graph& g, ValueId v) {
 
 PassResult rematerialize(const Graph& g) {
   PassReport report{"rematerialize", false, static_cast<int>(g.nodes().size()), 0, {}, {}};
-  std::vector<std::vector<NodeId>> readers(g.values().size());
-  for (NodeId id = 0; id < static_cast<NodeId>(g.nodes().size()); ++id) {
-    for (ValueId v : g.node(id).inputs) readers[v].push_back(id);
-  }
+  const ValueReaders readers(g);
   // Only within a stage: a value computed at load time (a weight's cast) or per step stays where it is, read.
   const std::vector<Binding> time = classify_binding_times(g);
   std::map<std::pair<ValueId, int32_t>, Cone> plan;  // (value, reading group) -> the cone that group recomputes
@@ -63,7 +62,7 @@ PassResult rematerialize(const Graph& g) {
     if (n.group < 0) continue;
     for (ValueId v : n.outputs) {
       std::set<int32_t> groups;
-      for (NodeId r : readers[v]) {
+      for (NodeId r : readers.of(v)) {
         const Node& reader = g.node(r);
         if (reader.group >= 0 && reader.group != n.group && !reader.outputs.empty() && time[reader.outputs[0]] == time[v]) {
           groups.insert(reader.group);
@@ -85,54 +84,36 @@ PassResult rematerialize(const Graph& g) {
       }
     }
   }
-  Graph out;
-  out.name = g.name;
-  std::vector<ValueId> map(g.values().size(), -1);
-  for (const GraphInput& in : g.inputs()) {
-    const Value& v = g.value(in.value);
-    map[in.value] = *out.add_input(v.name, v.type, in.binding);
-  }
-  std::set<std::string> source_names;  // a copy's name must not be one a source value takes later
-  for (const Value& v : g.values()) source_names.insert(v.name);
-  auto copy_name = [&](const std::string& stem) {
-    std::string name = out.unique_name(stem);
-    for (int i = 1; source_names.count(name); ++i) name = out.unique_name(stem + "." + std::to_string(i));
-    return name;
-  };
+  GraphCopier copier(g);
   std::map<std::pair<ValueId, int32_t>, ValueId> clone;  // (source value, group) -> that group's recomputed copy
-  auto emit = [&](const Node& n, int32_t group, std::vector<ValueId> inputs, std::vector<std::string> names) {
-    auto outs = out.add_node(n.op, std::move(inputs), n.attrs, std::move(names));
-    KILN_CHECK(outs.ok());
-    out.set_node_group(static_cast<NodeId>(out.nodes().size()) - 1, group);
-    return *outs;
-  };
   for (NodeId id = 0; id < static_cast<NodeId>(g.nodes().size()); ++id) {
     const Node& n = g.node(id);
-    std::vector<ValueId> inputs;
+    // A reader in a group that recomputes some of its inputs reads the copies: each cone is written once in that
+    // group, just before its first reader there.
+    std::vector<std::pair<ValueId, ValueId>> read_copies;  // (source value, its shared mapping, restored after)
     for (ValueId v : n.inputs) {
       auto planned = n.group >= 0 ? plan.find({v, n.group}) : plan.end();
-      if (planned != plan.end() && !clone.count({v, n.group})) {
-        // The cone, once, in this group, just before its first reader here.
+      const bool seen = std::any_of(read_copies.begin(), read_copies.end(), [&](const auto& r) { return r.first == v; });
+      if (planned == plan.end() || seen) continue;
+      if (!clone.count({v, n.group})) {
         std::map<ValueId, ValueId> local;  // cone values -> their copies
         for (NodeId c : planned->second.nodes) {
           const Node& m = g.node(c);
           std::vector<ValueId> in;
-          for (ValueId u : m.inputs) in.push_back(local.count(u) ? local[u] : map[u]);
-          const ValueId copy = emit(m, n.group, std::move(in),
-                                    {copy_name(g.value(m.outputs[0]).name + ".g" + std::to_string(n.group))})[0];
-          local[m.outputs[0]] = copy;
+          for (ValueId u : m.inputs) in.push_back(local.count(u) ? local[u] : copier.map(u));
+          const std::string name = copier.fresh_name(g.value(m.outputs[0]).name + ".g" + std::to_string(n.group));
+          local[m.outputs[0]] = copier.add("rematerialize", m.op, std::move(in), m.attrs, {name})[0];
+          copier.target().set_node_group(static_cast<NodeId>(copier.target().nodes().size()) - 1, n.group);
         }
         clone[{v, n.group}] = local.at(v);
       }
-      auto cloned = n.group >= 0 ? clone.find({v, n.group}) : clone.end();
-      inputs.push_back(cloned != clone.end() ? cloned->second : map[v]);
+      read_copies.push_back({v, copier.map(v)});
+      copier.set_map(v, clone.at({v, n.group}));
     }
-    std::vector<std::string> names;
-    for (ValueId v : n.outputs) names.push_back(g.value(v).name);
-    const std::vector<ValueId> outs = emit(n, n.group, std::move(inputs), std::move(names));
-    for (size_t i = 0; i < outs.size(); ++i) map[n.outputs[i]] = outs[i];
+    copier.copy_node(id);
+    for (const auto& [v, shared] : read_copies) copier.set_map(v, shared);
   }
-  for (const GraphOutput& o : g.outputs()) KILN_CHECK(out.add_output(o.name, map[o.value]).ok());
+  Graph out = copier.finish();
   report.changed = !plan.empty();
   report.nodes_after = static_cast<int>(out.nodes().size());
   return {std::move(out), std::move(report)};

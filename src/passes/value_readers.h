@@ -16,6 +16,8 @@ class ValueReaders {
     }
     for (const GraphOutput& o : graph.outputs()) is_output_[o.value] = true;
   }
+  // Every node that reads `v`, in graph order (a node reading it twice is listed twice).
+  const std::vector<NodeId>& of(ValueId v) const { return readers_[v]; }
   // The one node that reads `v`, or -1 when it has several readers, none, or is a graph output.
   NodeId only_reader(ValueId v) const { return readers_[v].size() == 1 && !is_output_[v] ? readers_[v][0] : -1; }
 

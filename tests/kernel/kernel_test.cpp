@@ -924,6 +924,20 @@ int main() {
   std::filesystem::remove_all(dir);
 }
 
+// var = mean over the last axis of (x - mean(m))^2, f32 [rows, cols], where m is x itself (the variance) or,
+// with `other_mean`, a second input y.
+Graph squared_deviation_graph(int64_t rows, int64_t cols, bool other_mean) {
+  Graph g;
+  const ValueId x = *g.add_input("x", {DType::f32, {rows, cols}}, Binding::per_call);
+  const ValueId m = other_mean ? *g.add_input("y", {DType::f32, {rows, cols}}, Binding::per_call) : x;
+  const Attrs last = {{"axes", std::vector<int64_t>{-1}}, {"keepdims", int64_t{1}}};
+  const ValueId mean = (*g.add_node(Op::reduce_mean, {m}, last, {"mean"}))[0];
+  const ValueId d = (*g.add_node(Op::sub, {x, mean}, {}, {"d"}))[0];
+  const ValueId sq = (*g.add_node(Op::mul, {d, d}, {}, {"sq"}))[0];
+  KILN_CHECK(g.add_output("var", (*g.add_node(Op::reduce_mean, {sq}, last, {"var"}))[0]).ok());
+  return g;
+}
+
 // Schedule::moments: a layernorm's mean and variance in one pass (central_moment_of finds the pair by its
 // structure). The harness verifies modulated bf16 layernorms paired and not, in rows of 96, 1000 (past whole
 // 64-lane blocks) and 3072, and rows of 33 (lanes left empty). A variance output in f32 is then checked against
@@ -955,16 +969,7 @@ TEST(KernelEmit, CpuMomentsMatchTheReference) {
   }
   // The variance itself, f32, against fp64.
   const int64_t cols = 1000;
-  Graph g;
-  {
-    const ValueId x = *g.add_input("x", {DType::f32, {7, cols}}, Binding::per_call);
-    const Attrs last = {{"axes", std::vector<int64_t>{-1}}, {"keepdims", int64_t{1}}};
-    const ValueId mean = (*g.add_node(Op::reduce_mean, {x}, last, {"mean"}))[0];
-    const ValueId d = (*g.add_node(Op::sub, {x, mean}, {}, {"d"}))[0];
-    const ValueId sq = (*g.add_node(Op::mul, {d, d}, {}, {"sq"}))[0];
-    KILN_CHECK(g.add_output("var", (*g.add_node(Op::reduce_mean, {sq}, last, {"var"}))[0]).ok());
-  }
-  auto var = fused_kernel(g);
+  auto var = fused_kernel(squared_deviation_graph(7, cols, false));
   ASSERT_TRUE(var.ok()) << var.error().message;
   ASSERT_TRUE(has_central_moments(var->second)) << kernel_to_text(var->second);
   std::vector<float> x(7 * cols);
@@ -1007,17 +1012,7 @@ TEST(KernelEmit, CpuMomentsMatchTheReference) {
     EXPECT_TRUE(std::isnan(got[5])) << got[5];
   }
   // Not a central moment: x's squared deviation from y's mean.
-  Graph other;
-  {
-    const ValueId x = *other.add_input("x", {DType::f32, {4, 64}}, Binding::per_call);
-    const ValueId y = *other.add_input("y", {DType::f32, {4, 64}}, Binding::per_call);
-    const Attrs last = {{"axes", std::vector<int64_t>{-1}}, {"keepdims", int64_t{1}}};
-    const ValueId mean = (*other.add_node(Op::reduce_mean, {y}, last, {"mean"}))[0];
-    const ValueId d = (*other.add_node(Op::sub, {x, mean}, {}, {"d"}))[0];
-    const ValueId sq = (*other.add_node(Op::mul, {d, d}, {}, {"sq"}))[0];
-    KILN_CHECK(other.add_output("v", (*other.add_node(Op::reduce_mean, {sq}, last, {"v"}))[0]).ok());
-  }
-  auto not_moment = fused_kernel(other);
+  auto not_moment = fused_kernel(squared_deviation_graph(4, 64, true));
   ASSERT_TRUE(not_moment.ok()) << not_moment.error().message;
   EXPECT_FALSE(has_central_moments(not_moment->second)) << kernel_to_text(not_moment->second);
   Schedule refused = default_schedule(not_moment->second, Target::cpu, 1);
