@@ -12,6 +12,7 @@
 //     (for `ncu --profile-from-start off`: every kernel of one run, as it runs in the plan).
 // Writes JSON (bench/gpu/run.sh keeps it under bench/results/). Benchmarks, not tests.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <chrono>
@@ -345,7 +346,7 @@ json bench_attention(const Kernels& k, const DeviceInfo& info, CUstream stream, 
 #endif
 
 // Each GEMM's choice judged inside the whole plan instead of alone: for every shape, the chosen algorithm and
-// the three others fastest in the audit are forced in turn (cuda::force_gemm_choice), the plan captured again as
+// the audit's finalists (its three fastest others that may run) are forced in turn (cuda::force_gemm_choice), the plan captured again as
 // a CUDA graph with each, and the graphs timed in interleaved rounds (each sample the median of 5 replays). The
 // plan's time with each candidate, next to the candidate's time alone, says whether a choice made alone holds
 // inside the plan, where the clocks (the H200's power cap), L2 contents and neighbours differ. The backend's
@@ -355,14 +356,7 @@ json gemm_choices_in_plan(backend::Backend& gpu, backend::Plan& plan, const std:
   json out = json::array();
   for (const cuda::GemmAudit& a : audits) {
     if (a.candidates < 2) continue;
-    std::vector<int> order(static_cast<size_t>(a.candidates));
-    for (int i = 0; i < a.candidates; ++i) order[static_cast<size_t>(i)] = i;
-    std::stable_sort(order.begin(), order.end(), [&](int x, int y) { return a.candidate_ms[x] < a.candidate_ms[y]; });
-    std::vector<int> tried{a.chosen};
-    for (int c : order) {
-      if (tried.size() >= 4) break;
-      if (c != a.chosen) tried.push_back(c);
-    }
+    const std::vector<int>& tried = a.finalists;  // the chosen candidate and the audit's 3 fastest others
     std::vector<int> kept;
     std::vector<std::function<Status()>> replays;
     json refused = json::array();
@@ -455,13 +449,16 @@ json plan_details(backend::Backend& gpu, backend::Plan& plan, double graph_ms, b
       audits.push_back({{"desc", a.desc}, {"candidates", a.candidates}, {"heuristic_candidates", a.heuristic},
                         {"chosen", a.chosen}, {"chosen_config", a.chosen_config}, {"best", a.best},
                         {"disagreements", a.disagreements}, {"candidate_ms", a.candidate_ms},
-                        {"chosen_over_best", a.chosen_over_best()}, {"best_heuristic_over_chosen", heuristic_best / chosen_ms},
+                        {"finalists", a.finalists}, {"finalist_ms", a.finalist_ms}, {"refused", a.refused},
+                        {"chosen_over_best", a.chosen_over_best()},
+                        {"screen_chosen_over_best", a.screen_chosen_over_best()},
+                        {"best_heuristic_over_chosen", heuristic_best / chosen_ms},
                         {"heuristic_first_over_chosen", a.candidate_ms[0] / chosen_ms}});
-      std::printf("  GEMM %-60s chosen #%d %.4f ms, best #%d %.4f ms of %d (%d heuristic): %.3fx; heuristic's first %.3fx, "
-                  "its best %.3fx the chosen; %d disagreed\n",
-                  a.desc.substr(0, 60).c_str(), a.chosen, chosen_ms, a.best, a.candidate_ms[static_cast<size_t>(a.best)],
-                  a.candidates, a.heuristic, a.chosen_over_best(), a.candidate_ms[0] / chosen_ms, heuristic_best / chosen_ms,
-                  a.disagreements);
+      std::printf("  GEMM %-60s chosen #%d %.4f ms of %d (%d heuristic), first pass %.3fx its fastest; head to head "
+                  "with #%s: %.3fx the best (#%d); heuristic's first %.3fx, its best %.3fx the chosen; %d disagreed\n",
+                  a.desc.substr(0, 60).c_str(), a.chosen, chosen_ms, a.candidates, a.heuristic, a.screen_chosen_over_best(),
+                  fmt::format("{}", fmt::join(a.finalists.begin() + 1, a.finalists.end(), ",#")).c_str(),
+                  a.chosen_over_best(), a.best, a.candidate_ms[0] / chosen_ms, heuristic_best / chosen_ms, a.disagreements);
     }
   }
   details["gemm_audit"] = audits;

@@ -119,8 +119,10 @@ def main(argv):
             audits = details.get("gemm_audit", [])
             if audits:
                 worst = max(audits, key=lambda a: a["chosen_over_best"])
+                # Head to head with the audit's fastest finalists; the first pass's figure is biased by its minimum.
+                screen = max(a.get("screen_chosen_over_best", a["chosen_over_best"]) for a in audits)
                 row(f"{plan['model']}: GEMMs, chosen / best algorithm (worst)", f"{worst['chosen_over_best']:.3f}",
-                    "<= 1.03", worst["chosen_over_best"] <= 1.03, worst["desc"][:50])
+                    "<= 1.03", worst["chosen_over_best"] <= 1.03, f"{worst['desc'][:50]}; first pass {screen:.3f}")
         if worst_big:
             row("memory-bound kernels >= 40 MB, of the 2 GiB copy (worst)", f"{worst_big[0]:.1%}", ">= 85%",
                 worst_big[0] >= 0.85, f"{worst_big[1]} ({worst_big[2]}); copy {copy / 1e12:.2f} TB/s")

@@ -1,6 +1,7 @@
 // GPU: the runtime Plan's stages, memory plan and artifacts on the CUDA backend (each test skips without a
 // GPU). Shared per-call memory must change no bit of what the GPU computes; the per-step cache must serve
 // Qwen-Image's second call of a timestep; a saved plan reloads and computes the same bits.
+#include <algorithm>
 #include <gtest/gtest.h>
 
 #include "../backend/plan_test_util.h"
@@ -102,6 +103,12 @@ TEST(GpuPlan, ForcedGemmChoicesRunInTheGraphAndMatchTheReference) {
   int forced = 0;
   backend::Plan* p = plan->get();
   for (const cuda::GemmAudit& a : *audits) {
+    // The head-to-head pass starts from the chosen candidate and names its best among those it timed.
+    ASSERT_FALSE(a.finalists.empty()) << a.desc;
+    EXPECT_EQ(a.finalists.front(), a.chosen) << a.desc;
+    EXPECT_EQ(a.finalists.size(), a.finalist_ms.size()) << a.desc;
+    EXPECT_NE(std::find(a.finalists.begin(), a.finalists.end(), a.best), a.finalists.end()) << a.desc;
+    EXPECT_GE(a.chosen_over_best(), 1.0) << a.desc;
     if (a.candidates < 2) continue;
     // The last candidate: a neighbour where the search found any (checked against the first answer first).
     const int other = a.chosen == a.candidates - 1 ? 0 : a.candidates - 1;
