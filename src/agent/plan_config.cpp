@@ -20,6 +20,7 @@ Result<Graph> build_graph(const Graph& model, const PlanConfig& config, const pa
   passes::PipelineOptions options;
   options.disabled = config.disabled_passes;
   options.supports = supports;
+  options.lanes = config.lanes;
   KILN_ASSIGN_OR_RETURN(passes::PipelineResult result, passes::run_pipeline(model, options));
   Graph graph = std::move(result.graph);
   for (const GraphRewrite& rewrite : config.rewrites) {

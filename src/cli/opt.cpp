@@ -28,6 +28,7 @@ struct OptArgs {
   bool print = false;
   bool as_json = false;
   int notes = 5;
+  int lanes = 1;
   ModelSourceOptions source;
 };
 
@@ -72,6 +73,7 @@ int run_opt(const OptArgs& args) {
   if (!graph.ok()) return report_error(graph.error());
   passes::PipelineOptions options;
   options.disabled.insert(args.disable.begin(), args.disable.end());
+  options.lanes = args.lanes;
   if (!args.only.empty()) {
     const std::vector<std::string> all = passes::pipeline_pass_names();
     for (const std::string& name : args.only) {
@@ -172,6 +174,9 @@ void add_opt_command(CLI::App& app, int* exit_code) {
   cmd->add_flag("--print", args->print, "print the optimized graph in text form");
   cmd->add_flag("--json", args->as_json, "print the report as JSON");
   cmd->add_option("--notes", args->notes, "notes shown per pass")->capture_default_str();
+  cmd->add_option("--lanes", args->lanes, "lanes the plan will run on (defer-columns runs with 2 or more)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   cmd->callback([=] { *exit_code = run_opt(*args); });
 }
 

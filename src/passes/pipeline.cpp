@@ -6,6 +6,7 @@
 #include "passes/join_concat_pieces.h"
 #include "passes/cse.h"
 #include "passes/dce.h"
+#include "passes/defer_columns.h"
 #include "passes/decompose.h"
 #include "passes/fast_accumulation.h"
 #include "passes/fold_epilogues.h"
@@ -28,6 +29,8 @@ struct PassEntry {
   // A pass that only prepares another's rewrite runs only when that pass runs too: split-gemms without
   // fold-epilogues is two GEMMs and the same bias/GELU kernel, a slower plan (H200, session 18: 0.956x).
   const char* only_with = nullptr;
+  // A pass that only pays where steps run side by side runs only when the plan has two lanes or more.
+  bool needs_lanes = false;
 };
 
 // Most passes write one form whatever the backend: they take the graph alone.
@@ -43,6 +46,8 @@ const PassEntry kPipeline[] = {
     {"merge-gemms", Exactness::reassociating, any_target<merge_parallel_gemms>}, // GEMMs sharing an input become one
     {"split-gemms", Exactness::exact, any_target<split_gemms_by_epilogue>,       // columns wanting GELU: their own GEMM
      "fold-epilogues"},
+    {"defer-columns", Exactness::exact, any_target<defer_late_columns>, nullptr, // late columns of a GEMV: a 2nd lane's
+     true},
     {"pack-scales", Exactness::exact, any_target<pack_weight_scales>},          // FP8 weight scales into the GEMM layout
     {"fast-accumulation", Exactness::reassociating, mark_fast_accumulation},    // FP8 GEMMs may accumulate fast
     {"sink-concat", Exactness::exact, any_target<sink_concats>},                 // row ops move above joint concats
@@ -81,6 +86,7 @@ Result<PipelineResult> run_pipeline(const Graph& graph, const PipelineOptions& o
   PipelineResult result{graph, {}, measure_stage_work(graph), {}};
   for (const PassEntry& p : kPipeline) {
     if (options.disabled.count(p.name) || (p.only_with && options.disabled.count(p.only_with))) continue;
+    if (p.needs_lanes && options.lanes < 2) continue;
     PassResult step = p.run(result.graph, options.supports);
     if (options.verify_between) {
       Status verified = verify_graph(step.graph);

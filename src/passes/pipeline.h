@@ -1,5 +1,6 @@
 // The model-level pass pipeline: the passes in order, the graph verified between them, any pass disabled by
-// name. A pass that only prepares another's rewrite (split-gemms for fold-epilogues) runs only with it.
+// name. A pass that only prepares another's rewrite (split-gemms for fold-epilogues) runs only with it, and one
+// that only pays where steps run side by side (defer-columns) only with two lanes or more.
 #pragma once
 
 #include <set>
@@ -15,6 +16,7 @@ struct PipelineOptions {
   std::set<std::string> disabled;  // pass names to skip
   bool verify_between = true;      // verify_graph after every pass (tests and debug builds)
   SupportsFn supports;             // the target backend's; empty: every form (pass.h)
+  int lanes = 1;                   // the plan's lanes (backend::PlanOptions::lanes): defer-columns needs 2
 };
 
 struct PipelineResult {

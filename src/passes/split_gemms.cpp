@@ -6,13 +6,14 @@
 #include <string>
 #include <vector>
 
+#include "passes/gemm_rows.h"
 #include "passes/graph_copier.h"
 #include "passes/value_readers.h"
 
 namespace kiln::passes {
 namespace {
 
-constexpr int64_t kScaleBlock = 128;  // rows of one FP8 weight scale block (ir/ops/matmul.cpp)
+constexpr const char* kPass = "split_gemms_by_epilogue";
 
 // A run of consecutive split pieces that want the same epilogue: [begin, end) of the pieces, [n0, n1) of N.
 struct Run {
@@ -29,29 +30,10 @@ struct Candidate {
 
 bool is_tanh_gelu(const Node& n) { return n.op == Op::gelu && n.attrs.get_string("approximate", "none") == "tanh"; }
 
-// Where the GEMM's operands sit: the weight, its scale (-1 for linear) and bias (-1 when absent).
-struct Operands {
-  size_t weight = 0;
-  std::optional<size_t> scale, bias;
-};
-
-Operands operands_of(const Node& gemm) {
-  if (gemm.op == Op::linear) return {1, std::nullopt, gemm.inputs.size() > 2 ? std::optional<size_t>(2) : std::nullopt};
-  return {2, 3, gemm.inputs.size() > 4 ? std::optional<size_t>(4) : std::nullopt};
-}
-
 // Why the weight scales of `gemm` cannot be cut at the runs' boundaries, if they cannot.
 std::optional<std::string> scale_blocker(const Graph& graph, const Node& gemm, const std::vector<Run>& runs) {
-  const Operands ops = operands_of(gemm);
-  if (!ops.scale) return std::nullopt;
-  if (gemm.attrs.get_string("ws_layout", "row_major") != "row_major") return std::string("its weight scales are packed");
-  const Shape& ws = graph.value(gemm.inputs[*ops.scale]).type.shape;
-  const int64_t n = graph.value(gemm.inputs[ops.weight]).type.shape[0];
-  if (ws.empty() || ws == Shape{n, 1}) return std::nullopt;
   for (size_t r = 0; r + 1 < runs.size(); ++r) {
-    if (runs[r].n1 % kScaleBlock != 0) {
-      return fmt::format("its 128x128 block scales cannot be cut at column {}", runs[r].n1);
-    }
+    if (auto why = scale_cut_blocker(graph, gemm, runs[r].n1)) return why;
   }
   return std::nullopt;
 }
@@ -98,15 +80,14 @@ class Splitter {
   void emit(const Candidate& c) {
     const Node& gemm = source_.node(c.gemm);
     const Node& split = source_.node(c.split);
-    const Operands ops = operands_of(gemm);
+    const GemmOperands ops = gemm_operands(gemm);
     const std::string stem = source_.value(gemm.outputs[0]).name;
     const int64_t n = source_.value(gemm.inputs[ops.weight]).type.shape[0];
     for (const Run& run : c.runs) {
       std::vector<ValueId> inputs;
       for (size_t i = 0; i < gemm.inputs.size(); ++i) {
         const ValueId v = copier_.map(gemm.inputs[i]);
-        const bool along_n = i == ops.weight || (ops.bias && i == *ops.bias) || (ops.scale && i == *ops.scale);
-        inputs.push_back(along_n ? slice_rows(v, run, i == ops.scale ? n : 0) : v);
+        inputs.push_back(ops.along_n(i) ? gemm_rows(copier_, kPass, v, run.n0, run.n1, i == ops.scale ? n : 0) : v);
       }
       const bool one_piece = run.end - run.begin == 1;
       const std::string name = one_piece ? source_.value(split.outputs[run.begin]).name
@@ -128,21 +109,8 @@ class Splitter {
   }
 
  private:
-  // Rows [n0, n1) of a weight, bias or per-channel scale; scale blocks by 128-row block; scalars as they are.
-  // `scale_of_n`: the GEMM's N when `v` is its weight scale (which is per channel when it is [N, 1]), else 0.
-  ValueId slice_rows(ValueId v, const Run& run, int64_t scale_of_n) {
-    const TensorType& t = copier_.target().value(v).type;
-    if (t.shape.empty()) return v;  // a per-tensor scale
-    const bool blocks = scale_of_n > 0 && t.shape != Shape{scale_of_n, 1};
-    const int64_t start = blocks ? run.n0 / kScaleBlock : run.n0;
-    const int64_t end = blocks ? (run.n1 + kScaleBlock - 1) / kScaleBlock : run.n1;
-    if (start == 0 && end == t.shape[0]) return v;
-    const std::string name = fresh_name(fmt::format("{}.rows{}_{}", copier_.target().value(v).name, start, end));
-    return add(Op::slice, {v}, {{"axis", int64_t{0}}, {"start", start}, {"end", end}, {"step", int64_t{1}}}, {name})[0];
-  }
-
   std::vector<ValueId> add(Op op, std::vector<ValueId> inputs, Attrs attrs, std::vector<std::string> names) {
-    return copier_.add("split_gemms_by_epilogue", op, std::move(inputs), std::move(attrs), std::move(names));
+    return copier_.add(kPass, op, std::move(inputs), std::move(attrs), std::move(names));
   }
   std::string fresh_name(const std::string& stem) const { return copier_.fresh_name(stem); }
 
