@@ -98,5 +98,26 @@ TEST(PlanCli, CompareStepsListsEveryStepInOrder) {
   EXPECT_EQ(j["backend"]["in_place_concats"], 0) << r.out;  // attention's output is a step output now
 }
 
+// An FP8 tensor-scaled block at 2048 image tokens: the CPU plan lands a few quantize inputs on the other side
+// of a rounding boundary, which moves the image output by 0.19, twelve correctly-rounded errors. The
+// reference itself moves by more when those inputs move one ulp, so that is sound: within the policy, as the
+// backend tests judge it. A bf16 model has no such step and keeps the plain bound.
+TEST(PlanCli, Fp8PlansAreJudgedWithTheReferencesOwnQuantizeSensitivity) {
+  const CommandResult fp8 = run_kiln("run \"zoo:flux1-double-block:tiny,dtype=fp8,fp8_scaling=tensor,img_tokens=2048\" "
+                                     "--backend cpu --json");
+  ASSERT_EQ(fp8.exit_code, 0) << fp8.out;
+  const auto j = nlohmann::json::parse(fp8.out);
+  for (const auto& [name, o] : j["backend"]["outputs"].items()) {
+    EXPECT_GT(o["quantize_sensitivity"].get<double>(), 0) << name;
+    EXPECT_TRUE(o["within_policy"].get<bool>()) << name << ": " << o.dump();
+  }
+  EXPECT_GT(j["backend"]["outputs"]["img_out"]["baseline_ratio_vs_optimized"].get<double>(), 8) << fp8.out;
+  const CommandResult bf16 = run_kiln("run zoo:flux1-double-block:tiny --backend cpu --json");
+  ASSERT_EQ(bf16.exit_code, 0) << bf16.out;
+  for (const auto& [name, o] : nlohmann::json::parse(bf16.out)["backend"]["outputs"].items()) {
+    EXPECT_EQ(o["quantize_sensitivity"].get<double>(), 0) << name;
+  }
+}
+
 }  // namespace
 }  // namespace kiln
