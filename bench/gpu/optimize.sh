@@ -72,4 +72,9 @@ PY
   cp "$dir/optimize/report.json" "$out/$block-report.json" 2> /dev/null
   cp "$dir/optimize.log" "$out/$block-optimize.log"
 done
+# The peer again, now that the GPU has run kiln's loops for minutes (warmer, as kiln's final timing was): the
+# from-idle ratio against the peer timed before and after brackets what the order of the two costs.
+echo "== PyTorch peer again, after kiln (torch.compile default)"
+timeout 240 python3 "$root/bench/gpu/peer_regimes.py" "$out/peer_regimes_after.json" > "$out/peer_regimes_after.log" 2>&1 \
+  || { echo "peer_regimes.py failed after kiln:"; tail -5 "$out/peer_regimes_after.log"; }
 exit $status

@@ -4,6 +4,7 @@
 // one (backend/plan_artifact.h); --workload/--bucket pick the model of one workload bucket (workload/workload.h).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <set>
@@ -117,6 +118,7 @@ Result<nlohmann::json> run_on_backend(BackendRun& run, const RunArgs& args, cons
   if (!run.plan) {
     passes::PipelineOptions pipeline;
     pipeline.supports = backend->supports_fn();
+    pipeline.lanes = std::clamp(args.lanes, 1, backend->lanes());  // as the plan will run (Plan::build)
     KILN_ASSIGN_OR_RETURN(passes::PipelineResult optimized, passes::run_pipeline(graph, pipeline));
     backend::PlanOptions plan_options;
     if (!args.schedules_file.empty()) {
