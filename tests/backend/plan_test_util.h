@@ -30,10 +30,13 @@ inline passes::PipelineOptions pipeline_for(const backend::Backend* target) {
   return options;
 }
 
-inline Graph optimized_zoo_model(const std::string& spec, const backend::Backend* target = nullptr) {
+// `lanes`: the lanes the plan will run on (PipelineOptions::lanes; 2 or more adds defer-columns).
+inline Graph optimized_zoo_model(const std::string& spec, const backend::Backend* target = nullptr, int lanes = 1) {
   auto model = models::build_zoo_model(spec);
   KILN_CHECK(model.ok());
-  auto optimized = passes::run_pipeline(*model, pipeline_for(target));
+  passes::PipelineOptions options = pipeline_for(target);
+  options.lanes = lanes;
+  auto optimized = passes::run_pipeline(*model, options);
   KILN_CHECK(optimized.ok());
   return optimized->graph;
 }
