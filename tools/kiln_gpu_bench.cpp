@@ -6,7 +6,8 @@
 //     schedule space (each candidate checked against the reference, then timed), its best time against the
 //     copy bandwidth, and the plan rebuilt with the winners, timed as deployed (CUDA graph).
 //   - with --plan SPEC: the model's unfused and fused plans timed (stream and CUDA graph), each generated
-//     kernel printed with its group (kiln_kN is what ncu names it); --fused-only skips the unfused plan. The
+//     kernel printed with its group (kiln_kN is what ncu names it); --fused-only skips the unfused plan, and
+//     --lanes N builds the fused plan (and its graph: defer-columns) for N lanes. The
 //     fused plan's steps are profiled (each alone; memory-bound kernels beside a copy of as many bytes), its
 //     GEMMs' chosen algorithms audited, and with --profile-window one run sits between cuProfilerStart/Stop
 //     (for `ncu --profile-from-start off`: every kernel of one run, as it runs in the plan).
@@ -546,7 +547,8 @@ json time_from_idle(backend::Backend& gpu, const std::function<Status()>& replay
   return out;
 }
 
-json bench_plan(const std::string& spec, int reps, bool fused_only, bool profile_window) {
+// `lanes`: the fused plan's (PlanOptions::lanes), its graph built for them (PipelineOptions::lanes).
+json bench_plan(const std::string& spec, int reps, bool fused_only, bool profile_window, int lanes) {
   json row = {{"model", spec}};
   auto model = models::build_zoo_model(spec);
   if (!model.ok()) return row["error"] = model.error().message, row;
@@ -557,7 +559,9 @@ json bench_plan(const std::string& spec, int reps, bool fused_only, bool profile
     options.supports = gpu.supports_fn();
     auto optimized = passes::run_pipeline(*model, options);
     if (!optimized.ok()) return json{{"error", optimized.error().message}};
-    auto plan = backend::Plan::build(gpu, optimized->graph);
+    backend::PlanOptions plan_options;
+    plan_options.lanes = options.lanes;
+    auto plan = backend::Plan::build(gpu, optimized->graph, plan_options);
     if (!plan.ok()) return json{{"error", plan.error().message}};
     must((*plan)->set_inputs(inputs));
     auto timing = gpu.time([&] { return (*plan)->execute(); }, {3, reps});
@@ -584,7 +588,7 @@ json bench_plan(const std::string& spec, int reps, bool fused_only, bool profile
     std::printf("plan %-44s %-8s %3d kernels %3d library calls %2d fallbacks  stream %.4f ms  CUDA graph %.4f ms%s\n",
                 spec.c_str(), name, s.kernels, s.library_calls, s.fallbacks, timing->median_seconds * 1e3, graph_ms,
                 graph_error.empty() ? "" : (" (" + graph_error + ")").c_str());
-    json result{{"kernels", s.kernels}, {"library_calls", s.library_calls}, {"fallbacks", s.fallbacks},
+    json result{{"kernels", s.kernels}, {"library_calls", s.library_calls}, {"fallbacks", s.fallbacks}, {"lanes", s.lanes},
                 {"aliases", s.aliases}, {"compile_seconds", s.compile_seconds},
                 {"median_ms", timing->median_seconds * 1e3}, {"min_ms", timing->min_seconds * 1e3},
                 {"cuda_graph_median_ms", graph_ms}, {"cuda_graph_error", graph_error}};
@@ -598,7 +602,9 @@ json bench_plan(const std::string& spec, int reps, bool fused_only, bool profile
   passes::PipelineOptions unfused;
   unfused.disabled = {"fuse-rows", "fold-epilogues"};
   if (!fused_only) row["unfused"] = measure("unfused", unfused);
-  row["fused"] = measure("fused", {});
+  passes::PipelineOptions fused;
+  fused.lanes = lanes;
+  row["fused"] = measure("fused", fused);
   return row;
 }
 
@@ -719,6 +725,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> plans, tuned_plans;
   size_t max_candidates = 64;
   bool quick = false, fused_only = false, profile_window = false;
+  int lanes = 1;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "--out" && i + 1 < argc) out_path = argv[++i];
@@ -727,14 +734,15 @@ int main(int argc, char** argv) {
     else if (arg == "--max-candidates" && i + 1 < argc) max_candidates = std::stoul(argv[++i]);
     else if (arg == "--quick") quick = true;
     else if (arg == "--fused-only") fused_only = true;
+    else if (arg == "--lanes" && i + 1 < argc) lanes = std::max(1, std::stoi(argv[++i]));
     else if (arg == "--profile-window") profile_window = true;
     else {
-      std::fprintf(stderr, "usage: kiln-gpu-bench --out FILE.json [--quick] [--fused-only] [--profile-window] [--plan ZOO_SPEC]... [--tune-plan ZOO_SPEC]... [--max-candidates N]\n");
+      std::fprintf(stderr, "usage: kiln-gpu-bench --out FILE.json [--quick] [--fused-only] [--lanes N] [--profile-window] [--plan ZOO_SPEC]... [--tune-plan ZOO_SPEC]... [--max-candidates N]\n");
       return 2;
     }
   }
   if (out_path.empty()) {
-    std::fprintf(stderr, "usage: kiln-gpu-bench --out FILE.json [--quick] [--fused-only] [--profile-window] [--plan ZOO_SPEC]... [--tune-plan ZOO_SPEC]... [--max-candidates N]\n");
+    std::fprintf(stderr, "usage: kiln-gpu-bench --out FILE.json [--quick] [--fused-only] [--lanes N] [--profile-window] [--plan ZOO_SPEC]... [--tune-plan ZOO_SPEC]... [--max-candidates N]\n");
     return 2;
   }
   Context context = must(Context::open(0));
@@ -799,7 +807,7 @@ int main(int argc, char** argv) {
 
   cuda::register_cuda_backend();
   json plan_rows = json::array();
-  for (const std::string& spec : plans) plan_rows.push_back(bench_plan(spec, reps, fused_only, profile_window));
+  for (const std::string& spec : plans) plan_rows.push_back(bench_plan(spec, reps, fused_only, profile_window, lanes));
   report["plans"] = plan_rows;
   json tuned_rows = json::array();
   const double copy_bytes_per_second = report["bandwidth"]["copy16_kernel_tbps"].get<double>() * 1e12;
