@@ -114,7 +114,8 @@ TEST(PlanCli, Fp8PlansAreJudgedWithTheReferencesOwnQuantizeSensitivity) {
   EXPECT_GT(j["backend"]["outputs"]["img_out"]["baseline_ratio_vs_optimized"].get<double>(), 8) << fp8.out;
   const CommandResult bf16 = run_kiln("run zoo:flux1-double-block:tiny --backend cpu --json");
   ASSERT_EQ(bf16.exit_code, 0) << bf16.out;
-  for (const auto& [name, o] : nlohmann::json::parse(bf16.out)["backend"]["outputs"].items()) {
+  const auto plain = nlohmann::json::parse(bf16.out);
+  for (const auto& [name, o] : plain["backend"]["outputs"].items()) {
     EXPECT_EQ(o["quantize_sensitivity"].get<double>(), 0) << name;
   }
 }
