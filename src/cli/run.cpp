@@ -173,17 +173,18 @@ Result<nlohmann::json> run_on_backend(BackendRun& run, const RunArgs& args, cons
   };
   for (const auto& [out, want] : reference) {
     const Tensor& got = outputs.at(out);
+    const harness::TolerancePolicy policy = policy_of(out);
     const harness::Comparison vs_original = harness::compare_output(want, got, {}, false, k);
     const harness::Comparison passes = harness::compare_output(want, optimized_reference.at(out), {}, false, k);
     const harness::Comparison vs_optimized =
-        harness::compare_output(optimized_reference.at(out), got, policy_of(out), false, k);
+        harness::compare_output(optimized_reference.at(out), got, policy, false, k);
     const double passes_error = passes.stats.max_abs_error;
     j["outputs"][out] = {{"max_error", vs_original.stats.max_abs_error},
                          {"passes_error", passes_error},
                          {"ratio_to_passes", passes_error > 0 ? vs_original.stats.max_abs_error / passes_error : 0.0},
                          {"max_error_vs_optimized", vs_optimized.stats.max_abs_error},
                          {"baseline_ratio_vs_optimized", vs_optimized.stats.baseline_ratio()},
-                         {"quantize_sensitivity", policy_of(out).sensitivity},
+                         {"quantize_sensitivity", policy.sensitivity},
                          {"within_policy", vs_optimized.kind == harness::Mismatch::none},
                          {"detail", vs_optimized.describe()}};
   }

@@ -513,7 +513,6 @@ class CudaBackend final : public backend::Backend {
       a.chosen_config = c.candidates[c.chosen].description;
       a.flops = 2.0 * static_cast<double>(c.desc.m) * static_cast<double>(c.desc.n) * static_cast<double>(c.desc.k);
       a.candidate_ms = time_candidates(blas_, stream_.handle(), c.desc, c.args, c.candidates, reps);
-      a.best = static_cast<int>(std::min_element(a.candidate_ms.begin(), a.candidate_ms.end()) - a.candidate_ms.begin());
       KILN_TRY(confirm_audit(c, reps, a));
       audits.push_back(std::move(a));
     }

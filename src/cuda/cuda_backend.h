@@ -32,15 +32,13 @@ struct GemmAudit {
   int disagreements = 0;            // faster candidates passed over: their output disagreed with the first choice
   int heuristic = 0;                // how many of the candidates are cuBLASLt's heuristic answers (the first ones)
   std::string chosen_config;        // the chosen algorithm's configuration (gemm.cpp describe)
-  int best = 0;                     // index of the fastest finalist (of the fastest candidate without finalists)
+  int best = 0;                     // index of the fastest finalist
   double flops = 0;
   std::vector<double> candidate_ms; // median per candidate, all timed together
   std::vector<int> finalists;       // the chosen candidate first, then up to 3 others: timed again head to head
   std::vector<double> finalist_ms;  // their medians, in that order
   std::vector<int> refused;         // fast candidates left out of the finalists: their output disagreed
   double chosen_over_best() const {
-    if (finalist_ms.empty())
-      return candidate_ms[static_cast<size_t>(chosen)] / candidate_ms[static_cast<size_t>(best)];
     return finalist_ms.front() / *std::min_element(finalist_ms.begin(), finalist_ms.end());
   }
   // The same ratio read from the first pass alone (biased up by the minimum over all candidates).

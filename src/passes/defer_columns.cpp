@@ -56,10 +56,8 @@ bool along_last_axis(const Graph& graph, const Node& n) {
 bool walk_windows(const Graph& graph, const ValueReaders& readers, ValueId v, int64_t off, Candidate& c) {
   const Shape& shape = graph.value(v).type.shape;
   const int64_t width = shape.back();
+  if (readers.is_output(v)) return false;
   bool read_otherwise = false;
-  for (const GraphOutput& o : graph.outputs()) {
-    if (o.value == v) return false;
-  }
   for (NodeId r : readers.of(v)) {
     const Node& n = graph.node(r);
     const bool column_view = (n.op == Op::split && along_last_axis(graph, n)) ||
@@ -69,8 +67,7 @@ bool walk_windows(const Graph& graph, const ValueReaders& readers, ValueId v, in
       read_otherwise = true;
       continue;
     }
-    if (std::find(c.views.begin(), c.views.end(), r) != c.views.end()) continue;
-    c.views.push_back(r);
+    c.views.push_back(r);  // a view has one input: it is reached once
     int64_t at = off;
     if (n.op == Op::slice) {
       int64_t start = n.attrs.get_int("start", 0);
@@ -179,9 +176,7 @@ std::vector<NodeId> classify(const Graph& graph, const ValueReaders& readers, No
 std::optional<Candidate> find_candidate(const Graph& graph, const ValueReaders& readers, NodeId id,
                                         std::vector<std::string>& notes) {
   const Node& gemm = graph.node(id);
-  if ((gemm.op != Op::linear && gemm.op != Op::scaled_linear) || gemm.attrs.get_string("activation", "none") != "none") {
-    return std::nullopt;
-  }
+  if (!is_plain_gemm(gemm)) return std::nullopt;
   const GemmOperands ops = gemm_operands(gemm);
   const TensorType& w = graph.value(gemm.inputs[ops.weight]).type;
   double input_bytes = 0;

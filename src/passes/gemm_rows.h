@@ -20,6 +20,11 @@ struct GemmOperands {
 };
 GemmOperands gemm_operands(const Node& gemm);
 
+// A linear or scaled_linear with no activation epilogue yet: the GEMMs whose columns these passes cut.
+inline bool is_plain_gemm(const Node& n) {
+  return (n.op == Op::linear || n.op == Op::scaled_linear) && n.attrs.get_string("activation", "none") == "none";
+}
+
 // Why the weight scale of `gemm` cannot be cut along N into row ranges, if it cannot: packed scales, or 128x128
 // block scales where `cut` (a column where one range ends and another begins) is not a multiple of 128. Pass
 // each cut in turn; scalars and per-channel [N, 1] scales cut anywhere.

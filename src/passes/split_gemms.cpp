@@ -41,9 +41,7 @@ std::optional<std::string> scale_blocker(const Graph& graph, const Node& gemm, c
 std::optional<Candidate> find_candidate(const Graph& graph, const ValueReaders& readers, NodeId id,
                                         std::vector<std::string>& notes) {
   const Node& gemm = graph.node(id);
-  if ((gemm.op != Op::linear && gemm.op != Op::scaled_linear) || gemm.attrs.get_string("activation", "none") != "none") {
-    return std::nullopt;
-  }
+  if (!is_plain_gemm(gemm)) return std::nullopt;
   const ValueId y = gemm.outputs[0];
   const NodeId split_id = readers.only_reader(y);
   if (split_id < 0) return std::nullopt;

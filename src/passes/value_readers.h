@@ -20,6 +20,7 @@ class ValueReaders {
   const std::vector<NodeId>& of(ValueId v) const { return readers_[v]; }
   // The one node that reads `v`, or -1 when it has several readers, none, or is a graph output.
   NodeId only_reader(ValueId v) const { return readers_[v].size() == 1 && !is_output_[v] ? readers_[v][0] : -1; }
+  bool is_output(ValueId v) const { return is_output_[v]; }
 
  private:
   std::vector<std::vector<NodeId>> readers_;

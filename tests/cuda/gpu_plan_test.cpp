@@ -108,7 +108,6 @@ TEST(GpuPlan, ForcedGemmChoicesRunInTheGraphAndMatchTheReference) {
     EXPECT_EQ(a.finalists.front(), a.chosen) << a.desc;
     EXPECT_EQ(a.finalists.size(), a.finalist_ms.size()) << a.desc;
     EXPECT_NE(std::find(a.finalists.begin(), a.finalists.end(), a.best), a.finalists.end()) << a.desc;
-    EXPECT_GE(a.chosen_over_best(), 1.0) << a.desc;
     if (a.candidates < 2) continue;
     // The last candidate: a neighbour where the search found any (checked against the first answer first).
     const int other = a.chosen == a.candidates - 1 ? 0 : a.candidates - 1;
