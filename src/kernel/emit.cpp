@@ -258,7 +258,37 @@ class CpuDialect final : public Dialect {
            "typedef int64_t kiln_idx;\n"
            "KILN_FN double kiln_as_double(uint64_t u) { double d; memcpy(&d, &u, 8); return d; }\n"
            "KILN_FN uint64_t kiln_as_u64(double d) { uint64_t u; memcpy(&u, &d, 8); return u; }\n" +
-           std::string(cpu_math_source());
+           lane_trees() + std::string(cpu_math_source());
+  }
+  // A reduction's 64 lanes (write_lane_reduction) combined as a tree, lane j with lane j + w for w = 32, 16,
+  // ..., 1. GCC vectorizes the levels w >= 8 of the plain loops and scalarizes the last three with extracts
+  // and moves (75 of a q/k-norm row's 450 instructions); the AVX2 forms take the same pairs in the same order,
+  // so the same bits. max keeps the loops' `b > a ? b : a` (maxps returns its second operand unless the first
+  // is greater).
+  static std::string lane_trees() {
+    std::string out;
+    const struct { const char* name; const char* scalar; const char* v256; const char* v128; } trees[] = {
+        {"sum", "p[j] += p[j + w]", "_mm256_add_ps(a, b)", "_mm_add_ps(a, b)"},
+        {"max", "p[j] = p[j + w] > p[j] ? p[j + w] : p[j]", "_mm256_max_ps(b, a)", "_mm_max_ps(b, a)"},
+    };
+    for (const auto& t : trees) {
+      out += fmt::format(
+          "KILN_FN float kiln_lanes_{0}(float* p) {{  // p[64], overwritten\n"
+          "#if defined(__AVX2__)\n"
+          "  __m256 v[8];\n"
+          "  for (int j = 0; j < 8; ++j) v[j] = _mm256_loadu_ps(p + 8 * j);\n"
+          "  for (int w = 4; w >= 1; w /= 2) for (int j = 0; j < w; ++j) {{ const __m256 a = v[j], b = v[j + w]; v[j] = {2}; }}\n"
+          "  __m128 a = _mm256_castps256_ps128(v[0]), b = _mm256_extractf128_ps(v[0], 1);\n"
+          "  a = {3}; b = _mm_movehl_ps(a, a); a = {3}; b = _mm_movehdup_ps(a);\n"
+          "  return _mm_cvtss_f32({3});\n"
+          "#else\n"
+          "  for (int w = 32; w >= 1; w /= 2) for (int j = 0; j < w; ++j) {1};\n"
+          "  return p[0];\n"
+          "#endif\n"
+          "}}\n",
+          t.name, t.scalar, t.v256, t.v128);
+    }
+    return out;
   }
   std::string kernel_begin(const KernelContext& c) const override {
     std::string out = fmt::format("static void {}_body(const kiln_tensor* kiln_in, kiln_tensor* kiln_out, int64_t kiln_r0, int64_t kiln_r1) {{\n", c.entry);
@@ -1371,15 +1401,12 @@ class KernelWriter {
       return;
     }
     const bool sum = s.reduce_kind == ReduceKind::sum || s.reduce_kind == ReduceKind::mean;
-    for (int64_t w = kLanes / 2; w >= 1; w /= 2) {
-      const std::string a = fmt::format("{}[kiln_j]", parts), b = fmt::format("{}[kiln_j + {}]", parts, w);
-      code_ += indent_ + fmt::format("for (int kiln_j = 0; kiln_j < {}; ++kiln_j) {}", w,
-                                     sum ? a + " += " + b + ";" : fmt::format("{0} = {1} > {0} ? {1} : {0};", a, b));
-      if (flag) code_ += fmt::format(" for (int kiln_j = 0; kiln_j < {0}; ++kiln_j) {1}[kiln_j] |= {1}[kiln_j + {0}];", w, flags);
-      code_ += "\n";
+    static_assert(kLanes == 64, "the prelude's kiln_lanes_sum / kiln_lanes_max combine 64 lanes");
+    code_ += indent_ + fmt::format("{} = kiln_lanes_{}({});\n", acc, sum ? "sum" : "max", parts);
+    if (flag) {
+      code_ += indent_ + fmt::format("{} = 0;\n", nan);
+      code_ += indent_ + fmt::format("for (int kiln_j = 0; kiln_j < {}; ++kiln_j) {} |= {}[kiln_j];\n", kLanes, nan, flags);
     }
-    code_ += indent_ + fmt::format("{} = {}[0];\n", acc, parts);
-    if (flag) code_ += indent_ + fmt::format("{} = {}[0];\n", nan, flags);
   }
 
   // A row's reduced value, where its readers and its output take it.

@@ -79,18 +79,27 @@ std::string sweep_source() {
              "  }\n}\n"
              // The row store (AVX-512 BF16 where the machine has it), as kernels call it on a row of up to 8192.
              "extern \"C\" void kiln_bf16_row_sweep(const float* x, uint16_t* bits, int64_t n) {\n"
-             "  for (int64_t i = 0; i < n; i += 8192 - 7) kiln_store_bf16_row(bits + i, x + i, n - i < 8192 - 7 ? n - i : 8192 - 7);\n}\n";
+             "  for (int64_t i = 0; i < n; i += 8192 - 7) kiln_store_bf16_row(bits + i, x + i, n - i < 8192 - 7 ? n - i : 8192 - 7);\n}\n"
+             // A reduction's lane tree (kiln_lanes_sum / kiln_lanes_max) over sets of 64 lanes.
+             "extern \"C\" void kiln_lanes_sweep(int max, const float* x, float* y, int64_t sets) {\n"
+             "  for (int64_t i = 0; i < sets; ++i) {\n"
+             "    float p[64];\n"
+             "    memcpy(p, x + 64 * i, sizeof p);\n"
+             "    y[i] = max ? kiln_lanes_max(p) : kiln_lanes_sum(p);\n"
+             "  }\n}\n";
 }
 
 using SweepFn = void (*)(int, const float*, float*, int64_t);
 using Bf16SweepFn = void (*)(const float*, uint32_t*, uint32_t*, uint32_t*, int64_t);
 using Bf16RowSweepFn = void (*)(const float*, uint16_t*, int64_t);
+using LanesSweepFn = void (*)(int, const float*, float*, int64_t);
 
 struct SweepLibrary {
   void* handle = nullptr;
   SweepFn sweep = nullptr;
   Bf16SweepFn bf16 = nullptr;
   Bf16RowSweepFn bf16_row = nullptr;
+  LanesSweepFn lanes = nullptr;
   std::string error;
   ~SweepLibrary() {
     if (handle) dlclose(handle);
@@ -110,6 +119,7 @@ void build(const std::string& source, const std::vector<std::string>& flags, Swe
     if (lib.handle) lib.sweep = reinterpret_cast<SweepFn>(dlsym(lib.handle, "kiln_sweep"));
     if (lib.handle) lib.bf16 = reinterpret_cast<Bf16SweepFn>(dlsym(lib.handle, "kiln_bf16_sweep"));
     if (lib.handle) lib.bf16_row = reinterpret_cast<Bf16RowSweepFn>(dlsym(lib.handle, "kiln_bf16_row_sweep"));
+    if (lib.handle) lib.lanes = reinterpret_cast<LanesSweepFn>(dlsym(lib.handle, "kiln_lanes_sweep"));
   }
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);
@@ -258,6 +268,62 @@ TEST(CpuMath, Bf16RoundingMatchesTheSharedDefinition) {
     }
   }
 }
+
+// A row reduction's 64 lanes are combined as a tree (lane j with lane j + w, w = 32 ... 1), vectorized on AVX2
+// and as plain loops elsewhere: both builds must give the tree's bits exactly, float addition being what it is
+// (cancelling magnitudes, so any other pairing differs), and max must keep `b > a ? b : a` through NaN, -0 and inf.
+TEST(CpuMath, LaneTreesGiveTheScalarTreesBits) {
+  std::vector<float> x;
+  uint64_t state = 0x9e3779b97f4a7c15ull;
+  auto next = [&] {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<uint32_t>(state >> 32);
+  };
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  for (int set = 0; set < 4000; ++set) {
+    for (int j = 0; j < 64; ++j) {
+      const uint32_t r = next();
+      const float magnitude = std::ldexp(static_cast<float>(r & 0xffffffu), static_cast<int>((r >> 24) % 60) - 30);
+      float v = (r & 0x80000000u) ? -magnitude : magnitude;
+      if (set % 7 == 0 && j == static_cast<int>(r % 64)) v = (r & 1) ? nan : ((r & 2) ? -inf : inf);
+      if (set % 11 == 0 && j % 3 == 0) v = (r & 1) ? -0.0f : 0.0f;
+      x.push_back(v);
+    }
+  }
+  const int64_t sets = static_cast<int64_t>(x.size() / 64);
+  auto bits_of = [](float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    return u;
+  };
+  auto tree = [&](int64_t set, bool max) {
+    float p[64];
+    std::memcpy(p, x.data() + 64 * set, sizeof p);
+    for (int w = 32; w >= 1; w /= 2) {
+      for (int j = 0; j < w; ++j) p[j] = max ? (p[j + w] > p[j] ? p[j + w] : p[j]) : p[j] + p[j + w];
+    }
+    return p[0];
+  };
+  for (const auto& flags : {backend::CpuBackendOptions{}.flags, kPlainFlags}) {
+    SweepLibrary lib;
+    build(sweep_source(), flags, lib);
+    ASSERT_TRUE(lib.lanes) << lib.error;
+    for (int max = 0; max < 2; ++max) {
+      std::vector<float> y(static_cast<size_t>(sets));
+      lib.lanes(max, x.data(), y.data(), sets);
+      int64_t mismatches = 0;
+      for (int64_t i = 0; i < sets; ++i) {
+        const float want = tree(i, max != 0);
+        const bool same = std::isnan(want) ? std::isnan(y[i]) : bits_of(want) == bits_of(y[i]);
+        if (!same && ++mismatches <= 3) {
+          ADD_FAILURE() << fmt::format("{} of set {}: got {:a}, want {:a}{}", max ? "max" : "sum", i, y[i], want,
+                                       flags == kPlainFlags ? " (plain -O2)" : "");
+        }
+      }
+    }
+  }
+}
+
 
 }  // namespace
 }  // namespace kiln::kernel
