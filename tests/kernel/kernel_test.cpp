@@ -494,7 +494,8 @@ TEST(KernelEmit, CpuTablesHoldOneElementFunctions) {
   const std::vector<Graph> graphs = {unary_bf16_graph(Op::gelu, tanh_gelu, 40, 96),
                                      unary_bf16_graph(Op::swiglu, {}, 9, 192),
                                      unary_bf16_graph(Op::exp, {}, 5, 64),
-                                     unary_bf16_graph(Op::sigmoid, {}, 6, 48, DType::f16)};
+                                     unary_bf16_graph(Op::sigmoid, {}, 6, 48, DType::f16),
+                                     unary_bf16_graph(Op::gelu, tanh_gelu, 3, 45)};  // 11 words and one element
   for (size_t gi = 0; gi < graphs.size(); ++gi) {
     auto fk = fused_kernel(graphs[gi]);
     ASSERT_TRUE(fk.ok()) << fk.error().message;
@@ -510,10 +511,11 @@ TEST(KernelEmit, CpuTablesHoldOneElementFunctions) {
     auto source = emit_harness_candidate(k, s);
     ASSERT_TRUE(source.ok());
     const std::string body = source->substr(source->find("// kernel"));
-    EXPECT_NE(body.find("kiln_t0[in0["), std::string::npos) << *source;
-    // GELU and exp are the whole stored bf16 value: a table of its bf16 bits, stored as read. SwiGLU's SiLU is
-    // a part: a table of f32 values, multiplied by the other half; so is the f16 sigmoid (an f16 store rounds).
-    const bool whole = gi == 0 || gi == 2;
+    // GELU and exp are the whole stored bf16 value: a table of its bf16 bits, stored as read, four elements a
+    // 64-bit word. SwiGLU's SiLU is a part: a table of f32 values, multiplied by the other half; so is the f16
+    // sigmoid (an f16 store rounds).
+    const bool whole = gi == 0 || gi == 2 || gi == 4;
+    EXPECT_NE(body.find(whole ? "kiln_t0[(kiln_w >> 48) & 0xffffu]" : "kiln_t0[in0["), std::string::npos) << *source;
     EXPECT_NE(source->find(whole ? "static uint16_t kiln_tv0" : "static float kiln_tv0"), std::string::npos) << *source;
     EXPECT_EQ(body.find("kiln_store_bf16_row(") != std::string::npos, gi == 1) << *source;  // SwiGLU's bf16 row
     EXPECT_EQ(body.find("kiln_gelu_tanh_c("), std::string::npos);
