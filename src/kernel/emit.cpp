@@ -1293,7 +1293,7 @@ class KernelWriter {
     code_ += indent_ + fmt::format("    const uint64_t kiln_o = {};\n", lookups);
     code_ += indent_ + "    memcpy(kiln_y + kiln_e, &kiln_o, 8);\n";
     code_ += indent_ + "  }\n";
-    code_ += indent_ + fmt::format("  for (; kiln_e < {}; ++kiln_e) kiln_y[kiln_e] = {}[kiln_x[kiln_e]];\n", n, t);
+    if (n % 4) code_ += indent_ + fmt::format("  for (; kiln_e < {}; ++kiln_e) kiln_y[kiln_e] = {}[kiln_x[kiln_e]];\n", n, t);
     code_ += indent_ + "}\n";
     return true;
   }
