@@ -665,7 +665,6 @@ TEST(KernelEmit, CpuPairsMatchTheReference) {
     SCOPED_TRACE(kernel_to_text(k));
     ASSERT_TRUE(has_pairs(k));
     Schedule base = default_schedule(k, Target::cpu, 1);
-    EXPECT_FALSE(base.pairs);  // rows under kPairMinRow
     base.pairs = true;
     std::vector<uint16_t> outputs[2];
     for (bool stream : {false, true}) {
@@ -695,10 +694,13 @@ TEST(KernelEmit, CpuPairsMatchTheReference) {
       }
     }
   }
-  // The default pairs long rows only (the q/k heads' rows of 128 measured slower paired).
+  // The default pairs rows of kPairMinRow elements or more, not shorter ones.
   auto long_rows = fused_kernel(layernorm_modulate_graph(DType::bf16, 3, kPairMinRow));
   ASSERT_TRUE(long_rows.ok());
   EXPECT_TRUE(default_schedule(long_rows->second, Target::cpu, 1).pairs);
+  auto short_rows = fused_kernel(layernorm_modulate_graph(DType::bf16, 3, kPairMinRow - 32));
+  ASSERT_TRUE(short_rows.ok());
+  EXPECT_FALSE(default_schedule(short_rows->second, Target::cpu, 1).pairs);
   // The layernorm's rows are kept evens, then odds.
   auto ln = fused_kernel(layernorm_modulate_graph(DType::bf16, 9, 96));
   ASSERT_TRUE(ln.ok());
