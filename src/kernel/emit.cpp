@@ -1129,6 +1129,17 @@ class KernelWriter {
     return -1;
   }
 
+  // The stage's one loop (every other axis has extent 1), or -1.
+  int only_loop(const Stage& s) const {
+    const int inner = innermost(s, 0, s.space.size());
+    return inner >= 0 && innermost(s, 0, static_cast<size_t>(inner)) < 0 ? inner : -1;
+  }
+
+  // `e` at the first step of the loop over `var`: the base of a row it walks.
+  IndexExpr at_loop_start(const IndexExpr& e, int var) const {
+    return index_substitute(e, var, IndexExpr::of_constant(0), [&](int v) { return k_.extent(v); });
+  }
+
   void write_elementwise(int i) {
     const Stage& s = k_.stages[i];
     indent_ = "      ";
@@ -1239,7 +1250,7 @@ class KernelWriter {
     pair_.var = -1;
     close_all(0);
     if (streamed) {
-      const IndexExpr base = index_substitute(s.target, var, IndexExpr::of_constant(0), [&](int v) { return k_.extent(v); });
+      const IndexExpr base = at_loop_start(s.target, var);
       code_ += indent_ + fmt::format("kiln_stream_words(out{} + r * {} + {}, kiln_ow{}, {});\n", s.output, s.local_size,
                                      idx(base), i, words);
     }
@@ -1270,27 +1281,19 @@ class KernelWriter {
   bool write_table_words(int i) {
     const Stage& s = k_.stages[static_cast<size_t>(i)];
     const Expr& load = k_.exprs[static_cast<size_t>(c_.tabulated[static_cast<size_t>(s.expr)])];
-    int inner = -1;
-    for (size_t a = 0; a < s.space.size(); ++a) {
-      if (s.space_vars[a] < 0) continue;
-      if (inner >= 0) return false;
-      inner = static_cast<int>(a);
-    }
+    const int inner = only_loop(s);
     if (inner < 0 || clamped(load)) return false;
     const int var = s.space_vars[static_cast<size_t>(inner)];
     const int64_t n = s.space[static_cast<size_t>(inner)];
     if (n < 4 || !contiguous_in(s.target, var, 1) || !contiguous_in(load.offset, var, 1)) return false;
-    auto at_zero = [&](const IndexExpr& e) {
-      return idx(index_substitute(e, var, IndexExpr::of_constant(0), [&](int v) { return k_.extent(v); }));
-    };
     const std::string t = "kiln_t" + std::to_string(value_table(s.expr, true));
     std::string lookups;
     for (int e = 0; e < 4; ++e) {
       lookups += fmt::format("{}(uint64_t){}[(kiln_w >> {}) & 0xffffu] << {}", e ? " | " : "", t, 16 * e, 16 * e);
     }
     code_ += indent_ + "{  // four elements a 64-bit word\n";
-    code_ += indent_ + fmt::format("  const uint16_t* __restrict kiln_x = in{} + {};\n", load.param, at_zero(load.offset));
-    code_ += indent_ + fmt::format("  uint16_t* __restrict kiln_y = out{} + r * {} + {};\n", s.output, s.local_size, at_zero(s.target));
+    code_ += indent_ + fmt::format("  const uint16_t* __restrict kiln_x = in{} + {};\n", load.param, idx(at_loop_start(load.offset, var)));
+    code_ += indent_ + fmt::format("  uint16_t* __restrict kiln_y = out{} + r * {} + {};\n", s.output, s.local_size, idx(at_loop_start(s.target, var)));
     code_ += indent_ + "  int64_t kiln_e = 0;\n";
     code_ += indent_ + fmt::format("  for (; kiln_e + 4 <= {}; kiln_e += 4) {{\n", n);
     code_ += indent_ + "    uint64_t kiln_w;\n";
@@ -1307,14 +1310,11 @@ class KernelWriter {
   // the stage's one loop (every other axis has extent 1) runs along the output row, at most 16384 elements.
   std::string cpu_row_store(int i, int inner) const {
     const Stage& s = k_.stages[static_cast<size_t>(i)];
-    if (d_.target() != Target::cpu || s.output < 0 || s.type.dtype != DType::bf16 || inner < 0) return "";
+    if (d_.target() != Target::cpu || s.output < 0 || s.type.dtype != DType::bf16 || inner < 0 || only_loop(s) != inner) return "";
     const int var = s.space_vars[static_cast<size_t>(inner)];
     const int64_t extent = s.space[static_cast<size_t>(inner)];
-    for (size_t a = 0; a < s.space.size(); ++a) {
-      if (static_cast<int>(a) != inner && s.space_vars[a] >= 0) return "";
-    }
     if (extent < 32 || extent > 16384 || !contiguous_in(s.target, var, 1)) return "";
-    const IndexExpr base = index_substitute(s.target, var, IndexExpr::of_constant(0), [&](int v) { return k_.extent(v); });
+    const IndexExpr base = at_loop_start(s.target, var);
     return fmt::format("kiln_{}_bf16_row(out{} + r * {} + {}, kiln_ob{}, {});\n", c_.s.stream_stores ? "stream" : "store",
                        s.output, s.local_size, idx(base), i, extent);
   }

@@ -8,6 +8,7 @@
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -291,11 +292,6 @@ TEST(CpuMath, LaneTreesGiveTheScalarTreesBits) {
     }
   }
   const int64_t sets = static_cast<int64_t>(x.size() / 64);
-  auto bits_of = [](float f) {
-    uint32_t u;
-    std::memcpy(&u, &f, 4);
-    return u;
-  };
   auto tree = [&](int64_t set, bool max) {
     float p[64];
     std::memcpy(p, x.data() + 64 * set, sizeof p);
@@ -314,7 +310,7 @@ TEST(CpuMath, LaneTreesGiveTheScalarTreesBits) {
       int64_t mismatches = 0;
       for (int64_t i = 0; i < sets; ++i) {
         const float want = tree(i, max != 0);
-        const bool same = std::isnan(want) ? std::isnan(y[i]) : bits_of(want) == bits_of(y[i]);
+        const bool same = std::isnan(want) ? std::isnan(y[i]) : std::bit_cast<uint32_t>(want) == std::bit_cast<uint32_t>(y[i]);
         if (!same && ++mismatches <= 3) {
           ADD_FAILURE() << fmt::format("{} of set {}: got {:a}, want {:a}{}", max ? "max" : "sum", i, y[i], want,
                                        flags == kPlainFlags ? " (plain -O2)" : "");
