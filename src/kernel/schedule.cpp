@@ -218,6 +218,7 @@ std::string schedule_to_json(const Schedule& s) {
   if (s.stream_stores) j["stream_stores"] = true;
   if (s.pairs) j["pairs"] = true;
   if (s.moments) j["moments"] = true;
+  if (s.gathers) j["gathers"] = true;
   return j.dump();
 }
 
@@ -252,19 +253,20 @@ Result<Schedule> schedule_from_json(const std::string& text) {
     } else if (key == "unroll") {
       KILN_TRY(integer(s.unroll));
     } else if (key == "registers" || key == "cache_row" || key == "tables" || key == "stream_stores" || key == "pairs" ||
-               key == "moments") {
+               key == "moments" || key == "gathers") {
       if (!value.is_boolean()) return make_error(ErrorCode::parse_error, "schedule field '" + key + "' must be a boolean");
       (key == "registers"       ? s.registers
        : key == "cache_row"     ? s.cache_row
        : key == "tables"        ? s.tables
        : key == "stream_stores" ? s.stream_stores
        : key == "pairs"         ? s.pairs
-                                : s.moments) = value.get<bool>();
+       : key == "moments"       ? s.moments
+                                : s.gathers) = value.get<bool>();
     } else {
       return make_error(ErrorCode::parse_error,
                         "unknown schedule field '" + key +
                             "' (fields: rows_per_task, threads, threads_per_row, vector_width, cache_row, unroll, "
-                            "registers, tables, stream_stores, pairs, moments)");
+                            "registers, tables, stream_stores, pairs, moments, gathers)");
     }
   }
   return s;
@@ -278,10 +280,10 @@ int64_t cuda_row_buffer_floats(int64_t local_size, const Schedule& s) {
 }
 
 std::string schedule_to_string(const Schedule& s) {
-  return fmt::format("rows={} threads={} tpr={} vec={} {} unroll={}{}{}{}{}{}", s.rows_per_task, s.threads, s.threads_per_row,
-                     s.vector_width, s.cache_row ? "cache" : "reread", s.unroll, s.registers ? "" : " smem",
-                     s.tables ? " tables" : "", s.stream_stores ? " stream" : "", s.pairs ? " pairs" : "",
-                     s.moments ? " moments" : "");
+  return fmt::format("rows={} threads={} tpr={} vec={} {} unroll={}{}{}{}{}{}{}", s.rows_per_task, s.threads,
+                     s.threads_per_row, s.vector_width, s.cache_row ? "cache" : "reread", s.unroll,
+                     s.registers ? "" : " smem", s.tables ? " tables" : "", s.gathers ? " gathers" : "",
+                     s.stream_stores ? " stream" : "", s.pairs ? " pairs" : "", s.moments ? " moments" : "");
 }
 
 Status can_implement(const Kernel& k, const Schedule& s, Target target) {
@@ -309,6 +311,7 @@ Status can_implement(const Kernel& k, const Schedule& s, Target target) {
     if (s.tables && !has_tabulated_exprs(k)) {
       return field_error("tables", "is set but no value of the kernel is a transcendental of one bf16/f16 element");
     }
+    if (s.gathers && !s.tables) return field_error("gathers", "needs tables (it is how a table is read)");
     if (s.pairs) {
       if (s.tables) return field_error("pairs", "and tables are exclusive (a table is read an element at a time)");
       if (s.vector_width < 2) return field_error("pairs", "needs vector_width >= 2 (pairs are a vector layout)");
@@ -329,6 +332,7 @@ Status can_implement(const Kernel& k, const Schedule& s, Target target) {
     }
   } else {
     if (s.tables) return field_error("tables", "is a CPU field (lookup tables are not emitted for CUDA)");
+    if (s.gathers) return field_error("gathers", "is a CPU field (table lookups by vector gather)");
     if (s.stream_stores) return field_error("stream_stores", "is a CPU field (non-temporal row stores)");
     if (s.pairs) return field_error("pairs", "is a CPU field (bf16 words of two elements)");
     if (s.moments) return field_error("moments", "is a CPU field (one-pass mean and variance in a row's lanes)");
@@ -354,6 +358,15 @@ Status can_implement(const Kernel& k, const Schedule& s, Target target) {
     }
   }
   return ok_status();
+}
+
+bool vector_gathers_pay() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool avx512 = __builtin_cpu_supports("avx512f");
+  return avx512;
+#else
+  return false;
+#endif
 }
 
 Schedule default_schedule(const Kernel& k, Target target, int cores, int64_t cache_bytes) {
@@ -394,13 +407,16 @@ Schedule default_schedule(const Kernel& k, Target target, int cores, int64_t cac
     if (!can_implement(k, s, target).ok()) s.cache_row = false;
     return s;
   }
-  // Enough work per task to amortize a pool hand-off (~16K elements), at least one task per core.
+  // Tasks of ~128K elements, at least one task per core. Rows handed out one at a time ran slower than in runs
+  // of 16: a SwiGLU [1024, 12288] and a GELU [1024, 12288] at 2 threads of an AVX-512 Xeon took 1.22 -> 1.05 ms
+  // and 1.24 -> 1.12 ms (session 27, the rows' kernel under a spinning two-thread pool, interleaved).
   const int64_t row = std::max<int64_t>(1, k.max_row_elements());
   s.threads = k.rows * row >= 32768 ? std::max(1, cores) : 1;
-  s.rows_per_task = std::clamp<int64_t>(16384 / row, 1, std::max<int64_t>(1, k.rows / std::max(1, s.threads)));
+  s.rows_per_task = std::clamp<int64_t>(kTaskElements / row, 1, std::max<int64_t>(1, k.rows / std::max(1, s.threads)));
   s.vector_width = row >= 16 ? 16 : 1;
   s.cache_row = !row_caches_are_cheap(k);
   s.tables = has_tabulated_exprs(k) && k.rows * row >= kTableMinElements;
+  s.gathers = s.tables && vector_gathers_pay();
   // Streaming pays where the outputs leave the cache anyway and rows are long: on the 2-core AVX2 VM, rows of
   // 3072-12288 bf16 wrote 1.03-1.12x faster streamed, the q/k heads' rows of 128 0.88x (session 22, A/B).
   s.stream_stores = cache_bytes > 0 && k.bytes > static_cast<double>(cache_bytes) && row >= kStreamMinRow;
@@ -438,12 +454,13 @@ std::vector<Schedule> schedule_space(const Kernel& k, Target target, int cores) 
           if (vec > 1 && vec > row) continue;
           for (bool cache : caches) {
             for (int unroll : {1, 4}) {
-              for (bool table : tabulable ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
+              for (int table : tabulable ? std::vector<int>{0, 1, 2} : std::vector<int>{0}) {  // 2: by gathers
                 for (bool stream : streams) {
                   for (bool pair : pairings) {
                     for (bool moments : one_pass) {
                       Schedule s{rpt, threads, 1, vec, cache, unroll};
-                      s.tables = table;
+                      s.tables = table > 0;
+                      s.gathers = table == 2;
                       s.stream_stores = stream;
                       s.pairs = pair;
                       s.moments = moments;

@@ -18,6 +18,9 @@
 //                    the module fills once per process with the exact-form functions (tabulated_exprs)
 //   stream_stores    CPU: bf16 output rows are written with non-temporal stores, which skip reading the
 //                    destination's lines into the cache first (for outputs the cache cannot hold anyway)
+//   gathers          CPU, with tables: a row's table lookups go through the vector gather instruction
+//                    (AVX-512's; elsewhere one load an element), a block of the row at a time
+//                    (kiln_gather_f32 / kiln_gather_u16), instead of one scalar load an element
 //   pairs            CPU: a stage's loop runs over 32-bit words of two bf16 elements, which convert to and
 //                    from f32 with a shift and a mask (emit_cpu.h, pair_plan)
 //   moments          CPU: a mean and the second central moment about it (central_moment_of: layernorm's mean and
@@ -46,6 +49,7 @@ struct Schedule {
   bool stream_stores = false;
   bool pairs = false;
   bool moments = false;
+  bool gathers = false;
   bool operator==(const Schedule& other) const = default;
 };
 
@@ -116,13 +120,19 @@ Status can_implement(const Kernel& kernel, const Schedule& schedule, Target targ
 // a call evaluates at least kTableMinElements tabulable values, streams its stores where the kernel moves
 // more bytes than `cache_bytes` (the last-level cache; 0: never) in rows of at least kStreamMinRow elements,
 // and pairs (reads no table, streams nothing) in rows of at least kPairMinRow elements. It takes a row's mean and
-// variance in one pass (moments) wherever the kernel has them.
+// variance in one pass (moments) wherever the kernel has them, and reads tables by gathers where this machine has
+// AVX-512 (vector_gathers_pay).
 inline constexpr int64_t kTableMinElements = 65536;
+inline constexpr int64_t kTaskElements = 131072;  // the CPU default's rows a task: about this many elements
 inline constexpr int64_t kStreamMinRow = 2048;
 // Pairs: q/k-head rows of 128 measured 0.41 -> 0.375 ns an element from cache and 17.4 -> 19.6 GB/s at 2 threads
 // paired once a reduction's lanes were combined as vectors (session 26; before, 0.095 -> 0.106 ms slower).
 inline constexpr int64_t kPairMinRow = 128;
 Schedule default_schedule(const Kernel& kernel, Target target, int cores, int64_t cache_bytes = 0);
+// Whether this machine's vector gather beats one load an element for a table lookup: where it has AVX-512. On a
+// 2-core Xeon with AVX-512 (session 27) gathers took SiLU-by-table 0.414 -> 0.244 ns an element and GELU's bf16
+// bits 0.216 -> 0.148 from cache; on an AVX2 EPYC (Zen 2) an AVX2 gather was the slower (0.64 vs 0.40, session 26).
+bool vector_gathers_pay();
 
 // The schedules worth trying for the kernel at its exact shapes, every one passing can_implement.
 std::vector<Schedule> schedule_space(const Kernel& kernel, Target target, int cores);

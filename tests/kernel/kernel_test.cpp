@@ -152,6 +152,14 @@ TEST(KernelSchedule, JsonRoundTripAndErrors) {
   ASSERT_TRUE(m_back.ok());
   EXPECT_EQ(*m_back, m);
   EXPECT_NE(schedule_to_string(m).find(" moments"), std::string::npos);
+  EXPECT_EQ(schedule_to_json(t).find("gathers"), std::string::npos);
+  Schedule g = t;
+  g.gathers = true;
+  auto g_back = schedule_from_json(schedule_to_json(g));
+  ASSERT_TRUE(g_back.ok());
+  EXPECT_EQ(*g_back, g);
+  EXPECT_NE(schedule_to_string(g).find(" gathers"), std::string::npos);
+  EXPECT_FALSE(schedule_from_json(R"({"gathers": 1})").ok());
   EXPECT_FALSE(schedule_from_json(R"({"moments": 1})").ok());
   EXPECT_FALSE(schedule_from_json(R"({"tables": 1})").ok());
   EXPECT_FALSE(schedule_from_json(R"({"pairs": "yes"})").ok());
@@ -543,6 +551,60 @@ TEST(KernelEmit, CpuTablesHoldOneElementFunctions) {
   for (const Schedule& x : schedule_space(big->second, Target::cpu, 2)) (x.tables ? with : without)++;
   EXPECT_GT(with, 0);
   EXPECT_GT(without, 0);
+}
+
+// Schedule::gathers: the tables read by vector gathers (kiln_gather_u16 for a stored bf16 value's bits, blocks of
+// kiln_gather_f32 for an f32 part of one) give the same bits as one load an element, and pass the harness against
+// the reference: GELU rows of 1037 (a tail past the 16-lane vectors), SwiGLU rows of 2500 (two whole blocks of
+// 1024 and a short one), exp rows of 77; inputs include 0xffff, the last table entry, which the 16-bit gather
+// reads 32 bits at. gathers needs tables and is a CPU field.
+TEST(KernelEmit, CpuGathersReadTheTablesBits) {
+  const Attrs tanh_gelu = {{"approximate", std::string("tanh")}};
+  struct Case { Op op; Attrs attrs; int64_t rows, cols, out_cols; const char* gather; };
+  const Case cases[] = {{Op::gelu, tanh_gelu, 5, 1037, 1037, "kiln_gather_u16(out0"},
+                        {Op::swiglu, {}, 3, 5000, 2500, "kiln_gather_f32(kiln_g"},
+                        {Op::exp, {}, 4, 77, 77, "kiln_gather_u16(out0"}};
+  for (const Case& c : cases) {
+    auto fk = fused_kernel(unary_bf16_graph(c.op, c.attrs, c.rows, c.cols));
+    ASSERT_TRUE(fk.ok()) << fk.error().message;
+    SCOPED_TRACE(kernel_to_text(fk->second));
+    std::vector<uint16_t> x(static_cast<size_t>(c.rows * c.cols));
+    for (size_t i = 0; i < x.size(); ++i) x[i] = bf16_bits_from_double(std::sin(0.37 * static_cast<double>(i)) * 6.0);
+    x[17] = x.back() = 0xffff;  // a NaN: the table's last entry, in a vector step and in the tail
+    x[18] = 0x7f80;             // +inf
+    std::vector<uint16_t> outputs[2];
+    for (bool gathers : {false, true}) {
+      Schedule s = default_schedule(fk->second, Target::cpu, 1);
+      s.tables = true;
+      s.gathers = gathers;
+      s.pairs = false;
+      ASSERT_TRUE(can_implement(fk->second, s, Target::cpu).ok());
+      auto source = emit_harness_candidate(fk->second, s);
+      ASSERT_TRUE(source.ok());
+      EXPECT_EQ(source->find(c.gather) != std::string::npos, gathers) << *source;
+      const harness::CandidateOutcome o = native_outcome(fk->first, fk->second, *source);
+      ASSERT_EQ(o.cls, harness::OutcomeClass::passed) << o.evidence.summary << "\n" << o.evidence.compiler_log;
+      const LoadedCpuKernel kernel(*source);
+      outputs[gathers] = kernel.run(x, {c.rows, c.cols}, {c.rows, c.out_cols});
+    }
+    EXPECT_EQ(outputs[0], outputs[1]);
+  }
+  auto fk = fused_kernel(unary_bf16_graph(Op::gelu, tanh_gelu, 64, 3072));
+  ASSERT_TRUE(fk.ok());
+  Schedule s = default_schedule(fk->second, Target::cpu, 2);
+  EXPECT_EQ(s.gathers, s.tables && vector_gathers_pay());
+  s.tables = false;
+  s.gathers = true;
+  const Status untabled = can_implement(fk->second, s, Target::cpu);
+  ASSERT_FALSE(untabled.ok());
+  EXPECT_NE(untabled.error().message.find("gathers"), std::string::npos) << untabled.error().message;
+  Schedule cuda;
+  cuda.threads_per_row = 32;
+  cuda.gathers = true;
+  EXPECT_FALSE(can_implement(fk->second, cuda, Target::cuda).ok());
+  int with = 0;
+  for (const Schedule& x : schedule_space(fk->second, Target::cpu, 2)) with += x.gathers ? 1 : 0;
+  EXPECT_GT(with, 0);
 }
 
 // Every one of the 65536 bf16 bit patterns (NaNs, infinities, subnormals, zeros) through a tabulated GELU-tanh:
