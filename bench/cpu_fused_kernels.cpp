@@ -9,7 +9,7 @@
 // kernel is also read in 10 paired rounds against the copy (the ratio's median and range), and the
 // default schedule is A/B'd against itself with `tables`, `gathers`, `stream_stores`, `pairs` or `moments` flipped. The blocks are compared as
 // deployed, in the optimize loop's interleaved A/B (agent/ab_gate.h): unfused / fused per round, median and
-// 95% interval.
+// 95% interval, and their generated kernels per call, each step timed alone (src/profile), summed.
 // Build: cmake -DKILN_BUILD_BENCH=ON on a configured build, then `ninja kiln_cpu_fused_kernels`; or by hand:
 //        g++ -O2 -std=c++20 -Isrc -DKILN_VERSION='"0.1.0"' bench/cpu_fused_kernels.cpp build/release/libkiln.a \
 //          -lfmt -lopenblas -lsqlite3 -lpthread -ldl -o /tmp/kb
@@ -38,6 +38,7 @@
 #include "models/zoo.h"
 #include "passes/fuse_rows.h"
 #include "passes/pipeline.h"
+#include "profile/profile.h"
 
 using namespace kiln;
 
@@ -361,7 +362,21 @@ int main(int argc, char** argv) {
                  verdict->b.median * 1e3, verdict->a.median * 1e3, r.median, r.ci_low, r.ci_high, ab.rounds, band * 100,
                  self->ratio.median, self->ratio.ci_low, self->ratio.ci_high,
                  verdict->b_wins ? "fused faster" : verdict->b_loses ? "fused slower" : "no difference beyond noise");
+      // Where fusion acts: the per-call generated kernels' time, each step timed alone (src/profile), summed.
+      double kernel_seconds[2] = {0, 0};
+      for (int which = 0; which < 2; ++which) {
+        backend::Plan& plan = which == 0 ? **f : **u;
+        auto prof = profile::profile_plan(plan, *backend, {1, 5, false});
+        KILN_CHECK(prof.ok());
+        const size_t first = prof->steps.size() - static_cast<size_t>(plan.summary().per_call_steps);
+        for (size_t i = first; i < prof->steps.size(); ++i) {
+          if (prof->steps[i].kind == "kernel") kernel_seconds[which] += prof->steps[i].seconds;
+        }
+      }
+      fmt::print("  its generated kernels per call, each timed alone: fused {:.3f} ms, unfused {:.3f} ms ({:.2f}x)\n",
+                 kernel_seconds[0] * 1e3, kernel_seconds[1] * 1e3, kernel_seconds[1] / kernel_seconds[0]);
       report["blocks"].push_back({{"model", spec}, {"fused_seconds", verdict->b.median},
+                                  {"fused_kernel_seconds", kernel_seconds[0]}, {"unfused_kernel_seconds", kernel_seconds[1]},
                                   {"unfused_seconds", verdict->a.median}, {"unfused_over_fused", r.median},
                                   {"ratio_ci", {r.ci_low, r.ci_high}}, {"fused_faster", verdict->b_wins},
                                   {"tie_threshold", band},
