@@ -275,7 +275,8 @@ class CpuDialect final : public Dialect {
   // Schedule::gathers: dst[i] = table[idx[i]] for n 16-bit indices, 16 a vector by AVX-512's gather (GCC does not
   // vectorize the lookup with one: under `omp simd` it inserts scalar loads); elsewhere one load an element. The
   // 16-bit form gathers the 32 bits at each index and keeps the low half, so its table has one element of padding
-  // (value_table). The tails start a new index so GCC sees their trip count.
+  // (value_table). The vector loop stops at a bound computed once (with `i + 16 <= n` GCC warned of overflow in
+  // the tail where n is a constant).
   static std::string table_gathers() {
     std::string out;
     const struct { const char* name; const char* type; const char* vector; } forms[] = {
@@ -289,12 +290,13 @@ class CpuDialect final : public Dialect {
           "int64_t n) {{\n"
           "  int64_t i = 0;\n"
           "#if defined(__AVX512F__)\n"
-          "  for (; i + 16 <= n; i += 16) {{\n"
+          "  const int64_t whole = n / 16 * 16;\n"
+          "  for (; i < whole; i += 16) {{\n"
           "    const __m512i at = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)(idx + i)));\n"
           "    {2};\n"
           "  }}\n"
           "#endif\n"
-          "  for (int64_t j = i; j < n; ++j) dst[j] = table[idx[j]];\n"
+          "  for (; i < n; ++i) dst[i] = table[idx[i]];\n"
           "}}\n",
           f.name, f.type, f.vector);
     }
