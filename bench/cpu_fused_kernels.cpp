@@ -347,7 +347,9 @@ int main(int argc, char** argv) {
       KILN_CHECK(f.ok() && u.ok());
       KILN_CHECK((*f)->set_inputs(inputs_of(fused->graph)).ok() && (*u)->set_inputs(inputs_of(unfused->graph)).ok());
       agent::ABOptions ab;
-      ab.rounds = 10;
+      // 30 rounds: at FLUX.1-dev widths the generated kernels are ~0.7% of the block (GEMMs take the rest), and 10
+      // rounds left a ~1.1% tie band (session 27).
+      ab.rounds = 30;
       ab.repetitions = 2;
       // The tie band as the optimize loop measures it: the unfused plan A/B'd against itself first.
       auto self = agent::ab_compare(*backend, [&] { return (*u)->execute(); }, [&] { return (*u)->execute(); }, ab);
