@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "harness/compile.h"
+#include "util/check.h"
 
 namespace kiln::harness {
 namespace {
@@ -71,8 +72,9 @@ int64_t last_level_cache_bytes() {
   return kBytes;
 }
 
-double measure_memcpy_bandwidth(int threads) {
-  const size_t bytes = static_cast<size_t>(std::clamp<int64_t>(2 * last_level_cache_bytes(), 64 << 20, 512 << 20));
+double measure_memcpy_bandwidth(int threads, int64_t buffer_bytes) {
+  KILN_CHECK(threads >= 1 && buffer_bytes >= 64 * threads, "each thread copies at least a cache line");
+  const size_t bytes = static_cast<size_t>(buffer_bytes);
   std::unique_ptr<char[]> src(new char[bytes]), dst(new char[bytes]);
   std::memset(src.get(), 1, bytes);
   std::memset(dst.get(), 2, bytes);  // fault the pages in before timing
@@ -91,6 +93,10 @@ double measure_memcpy_bandwidth(int threads) {
     src[rep] = dst[bytes - 1 - rep];  // keep the copies observable
   }
   return best;
+}
+
+double measure_memcpy_bandwidth(int threads) {
+  return measure_memcpy_bandwidth(threads, std::clamp<int64_t>(2 * last_level_cache_bytes(), 64 << 20, 512 << 20));
 }
 
 namespace {

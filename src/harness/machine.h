@@ -27,8 +27,11 @@ int64_t last_level_cache_bytes();
 // Measured once per process on buffers larger than the last-level cache and cached: bytes moved (read plus
 // written) per second by memcpy, the best of several repetitions (noise only ever slows a copy down).
 double memcpy_bandwidth();
-// One measurement, not cached: the best of five copies of a buffer twice the last-level cache (64 MB to 512 MB),
-// split into `threads` parts copied at once.
+// One measurement, not cached: bytes moved (read plus written) per second by memcpy of one buffer of
+// `buffer_bytes` into another, the best of five copies, split into `threads` parts copied at once. A buffer the
+// last-level cache holds is copied from the cache.
+double measure_memcpy_bandwidth(int threads, int64_t buffer_bytes);
+// The same on a buffer twice the last-level cache (64 MB to 512 MB): the machine's memory, not its cache.
 double measure_memcpy_bandwidth(int threads);
 // The same copy split over `threads` threads at once (each copies its part), measured once per thread count:
 // what a plan whose kernels run on that many threads can stream. 1: memcpy_bandwidth().
