@@ -1280,16 +1280,20 @@ class KernelWriter {
   }
 
   // What an elementwise stage's value is written from (root_), and whether that skips the value's own rounding:
-  // a value rounded to bf16/f16 only to be stored is stored from the unrounded operand (the store's conversion
-  // rounds it the same way: rounding is idempotent). fp8 is not yet: its store would round alone too (CUDA's
-  // e4m3 one cvt.rn.satfinite), but that path has not run on a GPU (docs/performance.md, session 26). bf16 products inside the expression stay f32 until the
-  // value is stored or kept (keep_products_, until the caller resets it): a modulated LN rounds once per
-  // element instead of four times (on CUDA its kernels are issue-bound).
+  // a value rounded to bf16/f16/fp8 only to be stored is stored from the unrounded operand (the store's
+  // conversion rounds it the same way: rounding is idempotent). For fp8 the explicit rounding is kiln_round_f8's
+  // frexpf/ldexpf/rintf in software, while CUDA's e4m3 store is one cvt.rn.satfinite (the same bits, 464 and
+  // beyond NaN as the reference): an FP8 quantize cast of a FLUX MLP ran at 22.5% of a copy with both, 49.1%
+  // with the store's alone (H100, sessions 26 and 28). bf16 products inside the expression stay f32 until the
+  // value is stored or kept (keep_products_, until the caller resets it): a modulated LN rounds once per element
+  // instead of four times (on CUDA its kernels are issue-bound).
   bool set_stored_root(int i) {
     const Stage& s = k_.stages[static_cast<size_t>(i)];
     const Expr& root = k_.exprs[s.expr];
     const bool store_unrounded = s.output >= 0 && !c_.buffered[i] && root.kind == ExprKind::round &&
-                                 root.dtype == s.type.dtype && (root.dtype == DType::bf16 || root.dtype == DType::f16) &&
+                                 root.dtype == s.type.dtype &&
+                                 (root.dtype == DType::bf16 || root.dtype == DType::f16 || root.dtype == DType::f8e4m3 ||
+                                  root.dtype == DType::f8e5m2) &&
                                  !rounds_in_double(root);
     keep_products_ = c_.coarse_outputs_only[i];
     root_ = store_unrounded ? root.operands[0] : s.expr;
