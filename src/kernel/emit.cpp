@@ -1291,10 +1291,8 @@ class KernelWriter {
     const Stage& s = k_.stages[static_cast<size_t>(i)];
     const Expr& root = k_.exprs[s.expr];
     const bool store_unrounded = s.output >= 0 && !c_.buffered[i] && root.kind == ExprKind::round &&
-                                 root.dtype == s.type.dtype &&
-                                 (root.dtype == DType::bf16 || root.dtype == DType::f16 || root.dtype == DType::f8e4m3 ||
-                                  root.dtype == DType::f8e5m2) &&
-                                 !rounds_in_double(root);
+                                 root.dtype == s.type.dtype && dtype_is_float(root.dtype) &&
+                                 root.dtype != DType::f32 && !rounds_in_double(root);
     keep_products_ = c_.coarse_outputs_only[i];
     root_ = store_unrounded ? root.operands[0] : s.expr;
     return store_unrounded;
