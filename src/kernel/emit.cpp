@@ -26,6 +26,7 @@ struct KernelContext {
   bool int32_indices = false;   // CUDA: every index the kernel computes fits in 32 bits (kiln_idx is int)
   bool any_reduction_exchange = false;
   std::vector<bool> coarse_outputs_only;  // per stage (emit_cpu.h)
+  std::vector<bool> rounded_narrow;       // per expression: rounded_to_bf16_or_fp8 (emit_cpu.h)
   std::vector<bool> row_invariant;        // CPU, per input: converted to f32 once per row range (emit_cpu.h)
   std::vector<int> tabulated;             // CPU with Schedule::tables, per expression (tabulated_exprs); else empty
   bool pairs = false;                     // CPU with Schedule::pairs: stages with a loop run over bf16 words
@@ -126,6 +127,24 @@ KILN_FN uint8_t kiln_f8e4m3_bits(float x) {
   const uint8_t nan = (uint8_t)(((kiln_as_uint(x) >> 24) & 0x80u) | 0x7fu);
   return fabsf(x) <= 464.0f ? (uint8_t)(h & 0xffu) : nan;
 }
+)";
+
+// CUDA's coarse forms (Dialect::math_call), for values that only bf16/fp8 roundings see: m sigmoid(z) within
+// 2^-14 relative where the result is normal, with two special-function instructions (ex2, rcp) in place of
+// libm's tanhf or expf and an IEEE division. h = e^(-|z|/2) from the hardware's 2^x (2 ulps, plus the rounding
+// of |z| log2(e) / 2: the error grows with |z|, as the CPU form's does; flushed to 0 past |z| = 174, where m
+// e^-|z| is below every subnormal for the m these functions pass); m e^-|z| is formed as (m h) h so that it
+// stays exact where e^-|z| alone would be subnormal; the reciprocal is of 1 + e^-|z|, in [1, 2] (1 ulp).
+// Swept against double precision by GpuBackend.CoarseMathWithinItsBound.
+const char* kCudaCoarseMath = R"(KILN_FN float kiln_sigmoid_times_c(float z, float m) {
+  float h, r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(h) : "f"(fabsf(z) * -0x1.715476p-1f));
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(1.0f + h * h));
+  return (z < 0.0f ? (m * h) * h : m) * r;
+}
+KILN_FN float kiln_sigmoid_c(float x) { return kiln_sigmoid_times_c(x, 1.0f); }
+KILN_FN float kiln_silu_c(float x) { return kiln_sigmoid_times_c(x, x); }
+KILN_FN float kiln_gelu_tanh_c(float x) { return kiln_sigmoid_times_c(x * (0x1.988454p+0f + 0x1.2444f2p-4f * (x * x)), x); }
 )";
 
 const char* kCommonHelpersTail = R"(KILN_FN float kiln_f16_to_f32(uint16_t h) {
@@ -551,7 +570,8 @@ class CudaDialect final : public Dialect {
            "#define KILN_INF __uint_as_float(0x7f800000u)\n#define KILN_NAN __uint_as_float(0x7fc00000u)\n"
            "KILN_FN float kiln_as_float(uint32_t u) { return __uint_as_float(u); }\n"
            "KILN_FN uint32_t kiln_as_uint(float f) { return __float_as_uint(f); }\n"
-           "KILN_FN int kiln_clamp(int i, int hi) { return i < 0 ? 0 : (i > hi ? hi : i); }\n";
+           "KILN_FN int kiln_clamp(int i, int hi) { return i < 0 ? 0 : (i > hi ? hi : i); }\n" +
+           std::string(kCudaCoarseMath);
   }
   std::string kernel_begin(const KernelContext& c) const override {
     const int bx = c.s.threads_per_row;
@@ -638,7 +658,16 @@ class CudaDialect final : public Dialect {
   std::string store_guard_open() const override { return "if (kiln_active) {\n"; }
   std::string store_guard_close() const override { return "}\n"; }
   bool spreads_rows() const override { return true; }
-  std::string math_call(Op, bool, bool, const std::string&) const override { return ""; }  // CUDA's libm intrinsics
+  // CUDA's libm (tanhf, expf) and an IEEE division, or the coarse forms (kCudaCoarseMath).
+  std::string math_call(Op op, bool gelu_tanh, bool coarse, const std::string& a) const override {
+    if (!coarse) return "";
+    switch (op) {
+      case Op::sigmoid: return "kiln_sigmoid_c(" + a + ")";
+      case Op::silu: return "kiln_silu_c(" + a + ")";
+      case Op::gelu: return gelu_tanh ? "kiln_gelu_tanh_c(" + a + ")" : "";
+      default: return "";
+    }
+  }
   std::string bf16_rounding() const override { return kBf16RoundingCuda; }
   std::string fp8_conversion() const override { return kFp8ConversionCuda; }
   std::string next_row_prefetch(const KernelContext&, int64_t, const std::string&) const override { return ""; }
@@ -835,11 +864,14 @@ class KernelWriter {
 
   // A load whose elements of one vector step all lie in one aligned span (offset_in_vector_span): the span is
   // read once per step as whole words into a local array, shared by every load of that span, and each
-  // element indexes it at a place fixed once the loops are unrolled. The smallest span that holds the step.
+  // element indexes it at a place fixed once the loops are unrolled. The smallest span that holds the step: one
+  // element where the step reads one (a per-tensor scale), and only spans that divide the input's elements, so
+  // that an aligned span holding an element lies inside the input (an 8-byte read of a 4-byte scale did not).
   std::optional<std::string> span_load(const Expr& e) {
     const KernelParam& p = k_.inputs[e.param];
     const int lane = vector_lane_var(k_);
-    for (int64_t span = 2; span <= c_.s.vector_width; span *= 2) {
+    for (int64_t span = 1; span <= c_.s.vector_width; span *= 2) {
+      if (shape_numel(p.type.shape) % span != 0) break;
       const std::optional<VectorSpan> at = offset_in_vector_span(k_, e.offset, vec_.var, c_.s.vector_width, span);
       if (!at) continue;
       const std::string base = index_to_c(at->base, [&](int v) {
@@ -917,7 +949,7 @@ class KernelWriter {
       case ExprKind::constant: v = float_literal(e.value); break;
       case ExprKind::unary: {
         const std::string a = operand(0);
-        v = d_.math_call(e.op, e.gelu_tanh, coarse_, a);
+        v = d_.math_call(e.op, e.gelu_tanh, coarse_ || (!in_table_ && c_.rounded_narrow[static_cast<size_t>(id)]), a);
         if (!v.empty()) break;
         switch (e.op) {
           case Op::neg: v = "-" + a; break;
@@ -1752,7 +1784,7 @@ Result<EmittedModule> emit_module(const std::vector<KernelToEmit>& kernels, Targ
         return make_error(ErrorCode::unsupported, "kernel " + k.name + ": input %" + p.name + " is not floating");
       }
     }
-    KernelContext c{k, item.schedule, item.entry, {}, cuda_row_buffers(k, item.schedule), false, false, false, coarse_outputs_only(k),
+    KernelContext c{k, item.schedule, item.entry, {}, cuda_row_buffers(k, item.schedule), false, false, false, coarse_outputs_only(k), rounded_to_bf16_or_fp8(k),
                     target == Target::cpu ? row_invariant_inputs(k) : std::vector<bool>(k.inputs.size(), false), {}, false, {},
                     std::vector<int>(k.stages.size(), -1)};
     for (size_t i = 0; i < k.stages.size(); ++i) {

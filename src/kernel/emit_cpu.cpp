@@ -202,6 +202,24 @@ std::vector<bool> coarse_outputs_only(const Kernel& k) {
   return coarse;
 }
 
+std::vector<bool> rounded_to_bf16_or_fp8(const Kernel& k) {
+  const size_t n = k.exprs.size();
+  std::vector<int> uses(n, 0), rounding_uses(n, 0);
+  for (const Expr& e : k.exprs) {
+    const bool narrow = e.kind == ExprKind::round &&
+                        (e.dtype == DType::bf16 || e.dtype == DType::f8e4m3 || e.dtype == DType::f8e5m2);
+    for (int o : e.operands) {
+      ++uses[static_cast<size_t>(o)];
+      if (narrow) ++rounding_uses[static_cast<size_t>(o)];
+    }
+    if (e.inline_fallback >= 0) ++uses[static_cast<size_t>(e.inline_fallback)];
+  }
+  for (const Stage& s : k.stages) ++uses[static_cast<size_t>(s.expr)];
+  std::vector<bool> rounded(n, false);
+  for (size_t i = 0; i < n; ++i) rounded[i] = uses[i] > 0 && uses[i] == rounding_uses[i];
+  return rounded;
+}
+
 std::vector<int64_t> row_block_bytes(const Kernel& k) {
   std::vector<int64_t> out(k.inputs.size(), 0);
   std::vector<int64_t> row_stride(k.row_shape.size(), 1);

@@ -28,6 +28,11 @@ std::string_view cpu_math_source();
 // stage i when i's value appears in j's expression (a read, or its recomputation when the row cache is off).
 std::vector<bool> coarse_outputs_only(const Kernel& k);
 
+// Per expression: it is rounded to bf16 or fp8 by every expression that uses it, and is no stage's value: a
+// transcendental there may take its coarse form (2^-14 relative error, 1/128 of a bf16 ulp) in any stage, a
+// reduction's included (a bf16 GELU's amax), since the rounding sees no more than a bf16/fp8 store would.
+std::vector<bool> rounded_to_bf16_or_fp8(const Kernel& k);
+
 // Per kernel input: the bytes of one row when every load of it reads row r's block [r * L, (r + 1) * L) (the
 // input is laid out by the kernel's rows, L elements each), else 0.
 std::vector<int64_t> row_block_bytes(const Kernel& k);

@@ -58,9 +58,9 @@ const PassEntry kPipeline[] = {
     {"dce", Exactness::exact, any_target<eliminate_dead_code>},
     {"residual-epilogues", Exactness::reassociating, fold_residual_epilogues}, // x + gate * GEMM: its epilogue
     {"fuse-rows", Exactness::exact, any_target<fuse_rows_default>},              // annotates fused groups
+    {"fold-epilogues", Exactness::reassociating, fold_gemm_epilogues},           // lone bias/any GELU back to the GEMM
     {"rematerialize", Exactness::exact, any_target<rematerialize>,                // a group recomputes a cheap input
      "fuse-rows"},
-    {"fold-epilogues", Exactness::reassociating, any_target<fold_gemm_epilogues>}, // lone bias/GELU back to the GEMM
     {"canonicalize-views", Exactness::exact, any_target<canonicalize_views>},    // views become groups' load index maps
     {"join-concat-pieces", Exactness::exact, any_target<join_concat_pieces>},    // congruent pieces of a concat: one kernel
 };

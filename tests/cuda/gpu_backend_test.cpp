@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <bit>
+#include <cmath>
 #include <cstring>
 #include <set>
 
@@ -161,6 +162,73 @@ TEST(GpuBackend, BlockScaledLinearMatchesTheReference) {
 TEST(GpuBackend, Fp8CastMatchesTheReferenceBitForBit) {
   KILN_REQUIRE_CUDA_BACKEND();
   EXPECT_EQ(testing::fp8_cast_bit_mismatches(*gpu), "");
+}
+
+// The CUDA dialect's coarse forms (kernel/emit.cpp, kCudaCoarseMath) swept against double precision, as the
+// plans run them: f32 x -> function -> bf16 output, one generated kernel whose stage only the bf16 store sees.
+// Every f32 with its low 13 bits zero (all signs and binades) and the values around the saturation and
+// underflow edges. Each bf16 result must be the exact value rounded to nearest within 2^-14 of the value's
+// magnitude (the coarse bound, kernel/emit_cpu.h) plus half a bf16 ulp; NaN and infinities as the exact
+// function has them, zeros with their sign.
+TEST(GpuBackend, CoarseMathWithinItsBound) {
+  KILN_REQUIRE_CUDA_BACKEND();
+  std::vector<float> values;
+  for (uint32_t hi = 0; hi < (1u << 19); ++hi) values.push_back(std::bit_cast<float>(hi << 13));
+  for (float centre : {-87.0f, -88.7f, -103.0f, -120.0f, -175.0f, -13.0f, -11.0f, 9.0f, 20.0f})
+    for (int i = -3000; i <= 3000; ++i) values.push_back(centre + static_cast<float>(i) * std::fabs(centre) * 0x1p-16f);
+  const int64_t n = static_cast<int64_t>(values.size());
+  struct Function {
+    const char* op;
+    const char* attrs;
+    const char* helper;
+    double (*exact)(double);
+  };
+  const Function functions[] = {
+      {"gelu", " {approximate=\"tanh\"}", "kiln_gelu_tanh_c(",
+       [](double x) { return x / (1.0 + std::exp(-2.0 * std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))); }},
+      {"silu", "", "kiln_silu_c(", [](double x) { return x / (1.0 + std::exp(-x)); }},
+      {"sigmoid", "", "kiln_sigmoid_c(", [](double x) { return 1.0 / (1.0 + std::exp(-x)); }},
+  };
+  Tensor x(DType::f32, {n});
+  std::memcpy(x.data(), values.data(), values.size() * sizeof(float));
+  for (const Function& f : functions) {
+    auto g = parse_graph_text(fmt::format("graph g {{\n  input %x: f32[{0}] per_call\n  %a: f32[{0}] = {1}(%x){2}\n"
+                                          "  %y: bf16[{0}] = cast(%a) {{to=\"bf16\"}}\n  output y = %y\n}}\n",
+                                          n, f.op, f.attrs));
+    ASSERT_TRUE(g.ok()) << g.error().message;
+    auto optimized = passes::run_pipeline(*g, testing::pipeline_for(gpu));
+    ASSERT_TRUE(optimized.ok()) << optimized.error().message;
+    auto plan = backend::Plan::build(*gpu, optimized->graph);
+    ASSERT_TRUE(plan.ok()) << plan.error().message;
+    ASSERT_EQ((*plan)->summary().kernels, 1) << f.op;
+    const std::string& source = (*plan)->source();
+    ASSERT_NE(source.find(f.helper, source.find("extern \"C\"")), std::string::npos) << f.op << " does not take its coarse form";
+    auto got = (*plan)->run({{"x", x}});
+    ASSERT_TRUE(got.ok()) << got.error().message;
+    const auto* y = reinterpret_cast<const uint16_t*>(got->at("y").data());
+    int64_t wrong = 0;
+    double worst = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const double e = f.exact(values[static_cast<size_t>(i)]);
+      const float r = std::bit_cast<float>(static_cast<uint32_t>(y[i]) << 16);
+      bool ok;
+      if (std::isnan(e) || std::isinf(e) || e == 0) {
+        ok = (std::isnan(e) && std::isnan(r)) || (r == e && std::signbit(r) == std::signbit(e));
+      } else {
+        int exponent = 0;
+        std::frexp(e, &exponent);
+        const double half_ulp = std::ldexp(1.0, std::max(exponent - 1, -126) - 8);  // bf16: 8 significant bits
+        const double excess = (std::fabs(static_cast<double>(r) - e) - half_ulp) / std::fabs(e);
+        worst = std::max(worst, excess);
+        ok = std::isfinite(r) && excess <= 0x1p-14;
+      }
+      if (!ok && ++wrong <= 5) {
+        ADD_FAILURE() << fmt::format("{}({:a}) = {:a} exactly, the GPU gave {:a}", f.op, values[static_cast<size_t>(i)], e, r);
+      }
+    }
+    EXPECT_EQ(wrong, 0) << f.op << ": of " << n;
+    std::printf("  %s: worst error beyond half a bf16 ulp %.3g of the value (bound 2^-14 = %.3g)\n", f.op, worst, 0x1p-14);
+  }
 }
 
 TEST(GpuBackend, UnsupportedOpsAreErrors) {

@@ -1090,5 +1090,53 @@ TEST(KernelEmit, CpuMomentsMatchTheReference) {
   EXPECT_FALSE(can_implement(ln->second, cuda, Target::cuda).ok());
 }
 
+// A transcendental whose every use rounds it to bf16 or fp8 takes its coarse form (2^-14 relative) in any
+// stage, a reduction's included: a bf16 GELU's per-row amax (the FP8 MLP's quantization reads it so). A GELU
+// whose f32 value the amax sees keeps the accurate form. On both targets.
+TEST(KernelEmit, CoarseFormsWhereEveryUseRoundsToBf16) {
+  for (DType dtype : {DType::bf16, DType::f32}) {
+    Graph g;
+    const ValueId x = *g.add_input("x", {dtype, {4, 64}}, Binding::per_call);
+    const ValueId a = (*g.add_node(Op::gelu, {x}, {{"approximate", std::string("tanh")}}, {"a"}))[0];
+    const ValueId c = (*g.add_node(Op::cast, {a}, {{"to", std::string("f32")}}, {"c"}))[0];
+    const ValueId m = (*g.add_node(Op::reduce_amax, {c}, {{"axes", std::vector<int64_t>{1}}, {"keepdims", int64_t{1}}}, {"m"}))[0];
+    ASSERT_TRUE(g.add_output("m", m).ok());
+    auto fk = fused_kernel(g);
+    ASSERT_TRUE(fk.ok()) << fk.error().message;
+    const Kernel& k = fk->second;
+    ASSERT_EQ(k.stages.size(), 1u) << kernel_to_text(k);
+    EXPECT_TRUE(k.stages[0].reduce);
+    for (Target t : {Target::cpu, Target::cuda}) {
+      auto module = emit_module({{&k, default_schedule(k, t, t == Target::cuda ? 132 : 1), "kern"}}, t);
+      ASSERT_TRUE(module.ok()) << module.error().message;
+      const std::string body = module->source.substr(module->source.find("// kernel"));
+      EXPECT_EQ(body.find("kiln_gelu_tanh_c(") != std::string::npos, dtype == DType::bf16)
+          << dtype_name(dtype) << " " << target_name(t) << "\n" << body;
+    }
+  }
+}
+
+// A vector step that reads one element of an input (a per-tensor scale) reads that element, as one word; an
+// input whose elements a span does not divide is read element by element: no word reaches past its end.
+TEST(KernelEmit, CudaSpanLoadsStayInsideTheInput) {
+  for (int64_t n : {1, 3}) {
+    Graph g;
+    const ValueId x = *g.add_input("x", {DType::bf16, {n, 256}}, Binding::per_call);
+    const ValueId s = *g.add_input("s", {DType::f32, {n, 1}}, Binding::per_call);
+    const ValueId xf = (*g.add_node(Op::cast, {x}, {{"to", std::string("f32")}}, {"xf"}))[0];
+    const ValueId y = (*g.add_node(Op::mul, {xf, s}, {}, {"y"}))[0];
+    const ValueId q = (*g.add_node(Op::cast, {y}, {{"to", std::string("bf16")}}, {"q"}))[0];
+    ASSERT_TRUE(g.add_output("q", q).ok());
+    auto fk = fused_kernel(g);
+    ASSERT_TRUE(fk.ok()) << fk.error().message;
+    auto module = emit_module({{&fk->second, Schedule{1, 1, 32, 8, true, 1}, "kern"}}, Target::cuda);
+    ASSERT_TRUE(module.ok()) << module.error().message;
+    const std::string body = module->source.substr(module->source.find("extern \"C\""));
+    EXPECT_NE(body.find("float kiln_vin1[1];"), std::string::npos) << body;
+    EXPECT_NE(body.find("((uint32_t*)(kiln_vin1))[kiln_q] = ((const uint32_t*)(in1 + "), std::string::npos) << body;
+    EXPECT_EQ(body.find("(const uint2*)(in1"), std::string::npos) << body;
+  }
+}
+
 }  // namespace
 }  // namespace kiln::kernel

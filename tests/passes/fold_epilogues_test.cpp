@@ -1,5 +1,6 @@
 #include "passes/fold_epilogues.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "models/zoo.h"
@@ -51,6 +52,65 @@ TEST(PassFoldEpilogues, BiasInsideALargerGroupStays) {
       output s = %s
     })";
   EXPECT_FALSE(passes::fold_gemm_epilogues(testing::parse_or_die(text)).report.changed);
+}
+
+// A GELU leaves a larger group too (the FP8 MLP's GELU + amax): the group keeps the rest and reads the GEMM's
+// output; the reference gives the same values within the rounding the fold skips.
+TEST(PassFoldEpilogues, GeluLeavesALargerGroup) {
+  const Graph g = testing::parse_or_die(R"(graph g {
+      input %x: f32[3,4] per_call
+      input %w: f32[5,4] weight
+      input %b: f32[5] weight
+      %y: f32[3,5] = linear(%x, %w)
+      %z: f32[3,5] = add(%y, %b) @g0
+      %a: f32[3,5] = gelu(%z) {approximate="tanh"} @g0
+      %m: f32[3,1] = reduce_amax(%a) {axes=[1], keepdims=1} @g0
+      output a = %a
+      output m = %m
+    })");
+  auto r = passes::fold_gemm_epilogues(g);
+  ASSERT_TRUE(r.report.changed);
+  EXPECT_EQ(print_graph_text(r.graph), print_graph_text(testing::parse_or_die(R"(graph g {
+      input %x: f32[3,4] per_call
+      input %w: f32[5,4] weight
+      input %b: f32[5] weight
+      %a: f32[3,5] = linear(%x, %w, %b) {activation="gelu_tanh"}
+      %m: f32[3,1] = reduce_amax(%a) {axes=[1], keepdims=1} @g0
+      output a = %a
+      output m = %m
+    })")));
+  const auto inputs = testing::test_inputs(g, 5);
+  auto before = ref::run_graph(g, inputs);
+  auto after = ref::run_graph(r.graph, inputs);
+  ASSERT_TRUE(before.ok() && after.ok());
+  for (const char* out : {"a", "m"}) {
+    for (int64_t i = 0; i < before->at(out).numel(); ++i) EXPECT_NEAR(before->at(out).get(i), after->at(out).get(i), 1e-6) << out;
+  }
+}
+
+// Only where the backend offers the epilogue: a refusal keeps the add and GELU, and the report says why.
+TEST(PassFoldEpilogues, KeptWhereTheBackendRefusesTheEpilogue) {
+  const Graph g = testing::parse_or_die(R"(graph g {
+      input %x: f32[3,4] per_call
+      input %w: f32[5,4] weight
+      input %b: f32[5] weight
+      %y: f32[3,5] = linear(%x, %w)
+      %z: f32[3,5] = add(%y, %b) @g0
+      %a: f32[3,5] = gelu(%z) {approximate="tanh"} @g0
+      output a = %a
+    })");
+  std::vector<std::string> asked;
+  const passes::SupportsFn no_gelu = [&](Op op, std::span<const TensorType> inputs, const Attrs& attrs) -> Status {
+    asked.push_back(fmt::format("{} {} inputs {}", op_name(op), inputs.size(), attrs.get_string("activation", "none")));
+    if (attrs.get_string("activation", "none") != "none") return make_error(ErrorCode::unsupported, "no GELU epilogue here");
+    return ok_status();
+  };
+  auto r = passes::fold_gemm_epilogues(g, no_gelu);
+  EXPECT_FALSE(r.report.changed);
+  EXPECT_EQ(print_graph_text(r.graph), print_graph_text(g));
+  EXPECT_EQ(asked, std::vector<std::string>{"linear 3 inputs gelu_tanh"});
+  ASSERT_EQ(r.report.notes.size(), 1u);
+  EXPECT_NE(r.report.notes[0].find("no GELU epilogue here"), std::string::npos) << r.report.notes[0];
 }
 
 TEST(PassFoldEpilogues, FluxBlockKernelCountAndBytesDrop) {
