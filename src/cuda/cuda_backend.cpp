@@ -181,8 +181,9 @@ class CudaBackend final : public backend::Backend {
       }
       case Op::scaled_linear: {
         KILN_ASSIGN_OR_RETURN(GemmDesc desc, scaled_linear_desc(inputs, attrs, (*inferred)[0].dtype));
-        // Fast accumulation only where cuBLASLt offers an algorithm for it (not with block scales on sm_90).
-        if (desc.fast_accumulation) return offered(desc);
+        // Fast accumulation and the GELU epilogue (fold-epilogues asks) only where cuBLASLt offers an algorithm
+        // for them (fast accumulation: not with block scales on sm_90).
+        if (desc.fast_accumulation || desc.epilogue == GemmEpilogue::bias_gelu) return offered(desc);
         return ok_status();
       }
       case Op::attention:
