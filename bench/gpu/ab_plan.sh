@@ -4,7 +4,8 @@
 # OUT_DIR/<name>_<build>.{json,log}.
 #   bench/gpu/ab_plan.sh OUT_DIR BEFORE_BUILD AFTER_BUILD PLAN_SPEC...
 # Builds are folders with kiln-gpu-bench and tests/kiln_cuda_tests (e.g. build/base and build/release, carried
-# with .gpulib from bench/gpu/carry_libs.sh).
+# with .gpulib from bench/gpu/carry_libs.sh). The bench runs with --quick (2 of its GEMM shapes, 10 timed plan
+# replays), so both builds fit one call beside the tests.
 set -uo pipefail
 out="${1:?usage: bench/gpu/ab_plan.sh OUT_DIR BEFORE_BUILD AFTER_BUILD PLAN_SPEC...}"
 before="${2:?before build}" after="${3:?after build}"
@@ -20,7 +21,7 @@ for spec in "$@"; do
   name="$(echo "$spec" | tr ':=,' '___')"
   for build in "$before" "$after"; do
     tag="$(basename "$build")"
-    "$build/kiln-gpu-bench" --out "$out/${name}_$tag.json" --fused-only --plan "$spec" 2>&1 | grep -v "^  kiln_k" > "$out/${name}_$tag.log" || status=1
+    "$build/kiln-gpu-bench" --out "$out/${name}_$tag.json" --quick --fused-only --plan "$spec" 2>&1 | grep -v "^  kiln_k" > "$out/${name}_$tag.log" || status=1
     echo "== $spec ($tag)"
     grep -E "CUDA graph|of the copy|from an idle|replayed alone|^  GEMM" "$out/${name}_$tag.log" | cut -c1-170 | head -60
   done

@@ -50,6 +50,30 @@ Cone cone_of(const Graph& g, ValueId v) {
   return {{members.begin(), members.end()}, std::move(inputs)};
 }
 
+// Where v's whole cone does not qualify or saves nothing: v as a chain of one-input elementwise members of v's
+// shape over a member value u of A with fewer bytes than v (a modulated layernorm's f32 cast of its bf16
+// output: the layernorm's rows need its reduction, the cast does not). B recomputes the chain from u, which A
+// writes instead of v; u is A's own value, so the rewrite stays exact. Empty when there is no such u.
+Cone narrower_member_cone(const Graph& g, ValueId v) {
+  const int32_t group = g.node(g.value(v).producer).group;
+  const TensorType& type = g.value(v).type;
+  std::vector<NodeId> chain;
+  for (ValueId at = v; static_cast<int>(chain.size()) < kRematerializeMaxNodes;) {
+    const Node& n = g.node(g.value(at).producer);
+    if (!op_has_trait(n.op, kTraitElementwise) || op_has_trait(n.op, kTraitView) || n.inputs.size() != 1 ||
+        n.outputs.size() != 1) {
+      return {};
+    }
+    chain.push_back(g.value(at).producer);
+    const ValueId u = n.inputs[0];
+    const NodeId p = g.value(u).producer;
+    if (p < 0 || g.node(p).group != group || g.value(u).type.shape != type.shape) return {};
+    if (tensor_bytes(g.value(u).type) < tensor_bytes(type)) return {{chain.rbegin(), chain.rend()}, {u}};
+    at = u;
+  }
+  return {};
+}
+
 }  // namespace
 
 PassResult rematerialize(const Graph& g) {
@@ -69,12 +93,16 @@ PassResult rematerialize(const Graph& g) {
         }
       }
       if (groups.empty()) continue;
-      Cone cone = cone_of(g, v);
-      if (cone.nodes.empty()) continue;
-      double in_bytes = 0;
-      for (ValueId in : cone.inputs) in_bytes += tensor_bytes(g.value(in).type);
       const double v_bytes = tensor_bytes(g.value(v).type);
-      if (in_bytes >= v_bytes) continue;
+      auto bytes_of = [&](const Cone& c) {
+        double b = 0;
+        for (ValueId in : c.inputs) b += tensor_bytes(g.value(in).type);
+        return b;
+      };
+      Cone cone = cone_of(g, v);
+      if (cone.nodes.empty() || bytes_of(cone) >= v_bytes) cone = narrower_member_cone(g, v);
+      if (cone.nodes.empty()) continue;
+      const double in_bytes = bytes_of(cone);
       for (int32_t b : groups) {
         plan[{v, b}] = cone;
         const std::string more = cone.nodes.size() > 1 ? fmt::format(" (+{} elementwise)", cone.nodes.size() - 1) : "";

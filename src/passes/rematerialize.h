@@ -9,6 +9,9 @@
 //   * v's cone is the members of A it is computed from, back to values A reads from outside; every one is an
 //     elementwise op (no view, no reduction) with v's shape, at most kRematerializeMaxNodes of them;
 //   * the cone's inputs (whole tensors, each counted once) are fewer bytes than v.
+// Failing that, v may be a chain of one-input elementwise members over a value u of A itself with fewer bytes
+// (a modulated layernorm's f32 cast of its bf16 output, which the quantize cast group read): the cone is that
+// chain and its input u, which A then writes instead of v.
 // B then reads the cone's inputs and computes v itself; A writes v only if someone else still reads it. The
 // values are the same ops on the same inputs, so the rewrite is exact.
 #pragma once
