@@ -171,6 +171,11 @@ KILN_FN float kiln_gelu_erf(float x) {
 
 std::string_view cpu_math_source() { return kSource; }
 
+namespace {
+// The dtypes whose rounding hides a coarse form's 2^-14 (1/128 of a bf16 ulp): bf16 and fp8.
+bool hides_coarse_error(DType d) { return d == DType::bf16 || d == DType::f8e4m3 || d == DType::f8e5m2; }
+}  // namespace
+
 std::vector<bool> coarse_outputs_only(const Kernel& k) {
   const size_t n = k.stages.size();
   std::vector<std::set<int>> reads(n);
@@ -192,8 +197,7 @@ std::vector<bool> coarse_outputs_only(const Kernel& k) {
   std::vector<bool> coarse(n, false);
   for (size_t i = n; i-- > 0;) {
     const Stage& s = k.stages[i];
-    const DType d = s.type.dtype;
-    bool ok = s.output < 0 || d == DType::bf16 || d == DType::f8e4m3 || d == DType::f8e5m2;
+    bool ok = s.output < 0 || hides_coarse_error(s.type.dtype);
     for (size_t j = i + 1; j < n && ok; ++j) {
       if (reads[j].count(static_cast<int>(i))) ok = !k.stages[j].reduce && coarse[j];
     }
@@ -206,8 +210,7 @@ std::vector<bool> rounded_to_bf16_or_fp8(const Kernel& k) {
   const size_t n = k.exprs.size();
   std::vector<int> uses(n, 0), rounding_uses(n, 0);
   for (const Expr& e : k.exprs) {
-    const bool narrow = e.kind == ExprKind::round &&
-                        (e.dtype == DType::bf16 || e.dtype == DType::f8e4m3 || e.dtype == DType::f8e5m2);
+    const bool narrow = e.kind == ExprKind::round && hides_coarse_error(e.dtype);
     for (int o : e.operands) {
       ++uses[static_cast<size_t>(o)];
       if (narrow) ++rounding_uses[static_cast<size_t>(o)];

@@ -15,6 +15,7 @@ struct Fold {
   NodeId add = -1;
   NodeId gelu = -1;  // -1: bias only
   ValueId bias = -1;
+  Attrs attrs;       // the folded GEMM's: the GEMM's own, with activation="gelu_tanh" when gelu >= 0
 };
 
 }  // namespace
@@ -46,7 +47,7 @@ PassResult fold_gemm_epilogues(const Graph& graph, const SupportsFn& supports) {
         graph.value(bias).type.dtype != graph.value(y).type.dtype) {
       continue;
     }
-    Fold fold{id, add_id, -1, bias};
+    Fold fold{id, add_id, -1, bias, {}};
     int absorbed = 1;
     const NodeId next = readers.only_reader(add.outputs[0]);
     if (next >= 0 && graph.node(next).op == Op::gelu && graph.node(next).attrs.get_string("approximate", "none") == "tanh" &&
@@ -59,13 +60,13 @@ PassResult fold_gemm_epilogues(const Graph& graph, const SupportsFn& supports) {
     // 49-53% of a copy) wherever it is, or an add that fusion left alone (its kernel goes). A bias add inside
     // a larger group costs that group one add per element: it stays.
     if (fold.gelu < 0 && add.group >= 0 && group_size[add.group] > absorbed) continue;
+    fold.attrs = gemm.attrs;
+    if (fold.gelu >= 0) fold.attrs.set("activation", std::string("gelu_tanh"));
     if (supports) {
       std::vector<TensorType> types;
       for (ValueId v : gemm.inputs) types.push_back(graph.value(v).type);
       types.push_back(graph.value(bias).type);
-      Attrs attrs = gemm.attrs;
-      if (fold.gelu >= 0) attrs.set("activation", std::string("gelu_tanh"));
-      if (Status st = supports(gemm.op, types, attrs); !st.ok()) {
+      if (Status st = supports(gemm.op, types, fold.attrs); !st.ok()) {
         ++report.found["not offered by the backend"];
         report.notes.push_back(fmt::format("kept: {}: {}", graph.node_label(id), st.error().message));
         continue;
@@ -85,10 +86,8 @@ PassResult fold_gemm_epilogues(const Graph& graph, const SupportsFn& supports) {
       std::vector<ValueId> inputs;
       for (ValueId v : gemm.inputs) inputs.push_back(copier.map(v));
       inputs.push_back(copier.map(f.bias));
-      Attrs attrs = gemm.attrs;
-      if (f.gelu >= 0) attrs.set("activation", std::string("gelu_tanh"));
       const ValueId last = graph.node(id).outputs[0];
-      auto out = copier.target().add_node(gemm.op, std::move(inputs), std::move(attrs), {graph.value(last).name});
+      auto out = copier.target().add_node(gemm.op, std::move(inputs), f.attrs, {graph.value(last).name});
       KILN_CHECK(out.ok());
       copier.set_map(last, (*out)[0]);
       report.changed = true;

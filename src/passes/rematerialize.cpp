@@ -24,6 +24,12 @@ struct Cone {
   std::set<ValueId> inputs;
 };
 
+// A member a reading group may recompute: an elementwise op (no view) with one output of `shape`.
+bool recomputable(const Graph& g, const Node& n, const Shape& shape) {
+  return op_has_trait(n.op, kTraitElementwise) && !op_has_trait(n.op, kTraitView) && n.outputs.size() == 1 &&
+         g.value(n.outputs[0]).type.shape == shape;
+}
+
 Cone cone_of(const Graph& g, ValueId v) {
   const int32_t group = g.node(g.value(v).producer).group;
   const Shape& shape = g.value(v).type.shape;
@@ -39,10 +45,7 @@ Cone cone_of(const Graph& g, ValueId v) {
       continue;
     }
     const Node& n = g.node(p);
-    if (!op_has_trait(n.op, kTraitElementwise) || op_has_trait(n.op, kTraitView) || n.outputs.size() != 1 ||
-        g.value(n.outputs[0]).type.shape != shape) {
-      return {};
-    }
+    if (!recomputable(g, n, shape)) return {};
     if (!members.insert(p).second) continue;
     if (static_cast<int>(members.size()) > kRematerializeMaxNodes) return {};
     for (ValueId in : n.inputs) todo.push_back(in);
@@ -60,10 +63,7 @@ Cone narrower_member_cone(const Graph& g, ValueId v) {
   std::vector<NodeId> chain;
   for (ValueId at = v; static_cast<int>(chain.size()) < kRematerializeMaxNodes;) {
     const Node& n = g.node(g.value(at).producer);
-    if (!op_has_trait(n.op, kTraitElementwise) || op_has_trait(n.op, kTraitView) || n.inputs.size() != 1 ||
-        n.outputs.size() != 1) {
-      return {};
-    }
+    if (!recomputable(g, n, type.shape) || n.inputs.size() != 1) return {};
     chain.push_back(g.value(at).producer);
     const ValueId u = n.inputs[0];
     const NodeId p = g.value(u).producer;

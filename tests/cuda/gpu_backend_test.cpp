@@ -10,6 +10,7 @@
 
 #include "../backend/backend_test_util.h"
 #include "../backend/plan_test_util.h"
+#include "../kernel/exact_math.h"
 #include "cuda/cuda_backend.h"
 #include "gpu_test_util.h"
 #include "ir/text.h"
@@ -184,10 +185,9 @@ TEST(GpuBackend, CoarseMathWithinItsBound) {
     double (*exact)(double);
   };
   const Function functions[] = {
-      {"gelu", " {approximate=\"tanh\"}", "kiln_gelu_tanh_c(",
-       [](double x) { return x / (1.0 + std::exp(-2.0 * std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))); }},
-      {"silu", "", "kiln_silu_c(", [](double x) { return x / (1.0 + std::exp(-x)); }},
-      {"sigmoid", "", "kiln_sigmoid_c(", [](double x) { return 1.0 / (1.0 + std::exp(-x)); }},
+      {"gelu", " {approximate=\"tanh\"}", "kiln_gelu_tanh_c(", testing::exact_gelu_tanh},
+      {"silu", "", "kiln_silu_c(", testing::exact_silu},
+      {"sigmoid", "", "kiln_sigmoid_c(", testing::exact_sigmoid},
   };
   Tensor x(DType::f32, {n});
   std::memcpy(x.data(), values.data(), values.size() * sizeof(float));

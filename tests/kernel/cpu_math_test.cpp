@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 
 #include "backend/cpu/cpu_backend.h"
+#include "exact_math.h"
 #include "harness/compile.h"
 #include "harness/verify.h"
 #include "kernel/emit.h"
@@ -32,16 +33,8 @@ struct MathFunction {
   double max_ulps;
 };
 
-double exact_exp(double x) { return std::exp(x); }
-double exact_tanh(double x) { return std::tanh(x); }
-double exact_sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
-double exact_silu(double x) { return x / (1.0 + std::exp(-x)); }
-// 0.5 x (1 + tanh(z/2)) as x / (1 + e^-z): the same function, without the cancellation of 1 + tanh in double.
-double exact_gelu_tanh(double x) {
-  const double z = 2.0 * std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x);
-  return x / (1.0 + std::exp(-z));
-}
-double exact_gelu_erf(double x) { return 0.5 * x * std::erfc(-x / std::sqrt(2.0)); }
+using testing::exact_exp, testing::exact_tanh, testing::exact_sigmoid, testing::exact_silu, testing::exact_gelu_tanh,
+    testing::exact_gelu_erf;
 
 const MathFunction kFunctions[] = {
     // Bounds: the largest errors over every third f32 (exp 0.98, tanh 1.50, sigmoid 2.40, silu 3.39, gelu

@@ -11,33 +11,43 @@
 namespace kiln {
 namespace {
 
-TEST(PassFoldEpilogues, LoneBiasAndGeluGoBackToTheGemm) {
-  Graph g = testing::parse_or_die(R"(graph g {
+// x, w and b, then `body`: the graphs below are linear(x, w) + b and what follows it.
+Graph with_linear_inputs(const std::string& body) {
+  return testing::parse_or_die(R"(graph g {
       input %x: f32[3,4] per_call
       input %w: f32[5,4] weight
       input %b: f32[5] weight
+)" + body + "}");
+}
+
+const char* kLoneBiasGelu = R"(
       %y: f32[3,5] = linear(%x, %w)
       %z: f32[3,5] = add(%y, %b) @g0
       %a: f32[3,5] = gelu(%z) {approximate="tanh"} @g0
       output a = %a
-    })");
+)";
+
+// f32 throughout: one rounding instead of three stays within a few ulps on the reference.
+void expect_same_values(const Graph& before_fold, const Graph& after_fold, std::initializer_list<const char*> outputs,
+                        uint32_t seed) {
+  const auto inputs = testing::test_inputs(before_fold, seed);
+  auto before = ref::run_graph(before_fold, inputs);
+  auto after = ref::run_graph(after_fold, inputs);
+  ASSERT_TRUE(before.ok() && after.ok());
+  for (const char* out : outputs) {
+    for (int64_t i = 0; i < before->at(out).numel(); ++i) EXPECT_NEAR(before->at(out).get(i), after->at(out).get(i), 1e-6) << out;
+  }
+}
+
+TEST(PassFoldEpilogues, LoneBiasAndGeluGoBackToTheGemm) {
+  const Graph g = with_linear_inputs(kLoneBiasGelu);
   auto r = passes::fold_gemm_epilogues(g);
   EXPECT_TRUE(r.report.changed);
-  EXPECT_EQ(print_graph_text(r.graph), print_graph_text(testing::parse_or_die(R"(graph g {
-      input %x: f32[3,4] per_call
-      input %w: f32[5,4] weight
-      input %b: f32[5] weight
+  EXPECT_EQ(print_graph_text(r.graph), print_graph_text(with_linear_inputs(R"(
       %a: f32[3,5] = linear(%x, %w, %b) {activation="gelu_tanh"}
       output a = %a
-    })")));
-  // f32 throughout: one rounding instead of three stays within a few ulps.
-  const auto inputs = testing::test_inputs(g, 4);
-  auto before = ref::run_graph(g, inputs);
-  auto after = ref::run_graph(r.graph, inputs);
-  ASSERT_TRUE(before.ok() && after.ok());
-  for (int64_t i = 0; i < before->at("a").numel(); ++i) {
-    EXPECT_NEAR(before->at("a").get(i), after->at("a").get(i), 1e-6);
-  }
+)")));
+  expect_same_values(g, r.graph, {"a"}, 4);
 }
 
 TEST(PassFoldEpilogues, BiasInsideALargerGroupStays) {
@@ -57,48 +67,23 @@ TEST(PassFoldEpilogues, BiasInsideALargerGroupStays) {
 // A GELU leaves a larger group too (the FP8 MLP's GELU + amax): the group keeps the rest and reads the GEMM's
 // output; the reference gives the same values within the rounding the fold skips.
 TEST(PassFoldEpilogues, GeluLeavesALargerGroup) {
-  const Graph g = testing::parse_or_die(R"(graph g {
-      input %x: f32[3,4] per_call
-      input %w: f32[5,4] weight
-      input %b: f32[5] weight
-      %y: f32[3,5] = linear(%x, %w)
-      %z: f32[3,5] = add(%y, %b) @g0
-      %a: f32[3,5] = gelu(%z) {approximate="tanh"} @g0
+  const std::string amax = R"(
       %m: f32[3,1] = reduce_amax(%a) {axes=[1], keepdims=1} @g0
-      output a = %a
       output m = %m
-    })");
+)";
+  const Graph g = with_linear_inputs(kLoneBiasGelu + amax);
   auto r = passes::fold_gemm_epilogues(g);
   ASSERT_TRUE(r.report.changed);
-  EXPECT_EQ(print_graph_text(r.graph), print_graph_text(testing::parse_or_die(R"(graph g {
-      input %x: f32[3,4] per_call
-      input %w: f32[5,4] weight
-      input %b: f32[5] weight
+  EXPECT_EQ(print_graph_text(r.graph), print_graph_text(with_linear_inputs(R"(
       %a: f32[3,5] = linear(%x, %w, %b) {activation="gelu_tanh"}
-      %m: f32[3,1] = reduce_amax(%a) {axes=[1], keepdims=1} @g0
       output a = %a
-      output m = %m
-    })")));
-  const auto inputs = testing::test_inputs(g, 5);
-  auto before = ref::run_graph(g, inputs);
-  auto after = ref::run_graph(r.graph, inputs);
-  ASSERT_TRUE(before.ok() && after.ok());
-  for (const char* out : {"a", "m"}) {
-    for (int64_t i = 0; i < before->at(out).numel(); ++i) EXPECT_NEAR(before->at(out).get(i), after->at(out).get(i), 1e-6) << out;
-  }
+)" + amax)));
+  expect_same_values(g, r.graph, {"a", "m"}, 5);
 }
 
 // Only where the backend offers the epilogue: a refusal keeps the add and GELU, and the report says why.
 TEST(PassFoldEpilogues, KeptWhereTheBackendRefusesTheEpilogue) {
-  const Graph g = testing::parse_or_die(R"(graph g {
-      input %x: f32[3,4] per_call
-      input %w: f32[5,4] weight
-      input %b: f32[5] weight
-      %y: f32[3,5] = linear(%x, %w)
-      %z: f32[3,5] = add(%y, %b) @g0
-      %a: f32[3,5] = gelu(%z) {approximate="tanh"} @g0
-      output a = %a
-    })");
+  const Graph g = with_linear_inputs(kLoneBiasGelu);
   std::vector<std::string> asked;
   const passes::SupportsFn no_gelu = [&](Op op, std::span<const TensorType> inputs, const Attrs& attrs) -> Status {
     asked.push_back(fmt::format("{} {} inputs {}", op_name(op), inputs.size(), attrs.get_string("activation", "none")));

@@ -14,6 +14,16 @@ namespace {
 using testing::expect_golden;
 using testing::parse_or_die;
 
+// The bytes the fused groups of `input` move, less what they move once rematerialize has run.
+double group_bytes_saved(const char* input) {
+  const Graph in = parse_or_die(input);
+  const Graph out = passes::rematerialize(in).graph;
+  double before = 0, after = 0;
+  for (const passes::FusedGroup& fg : passes::collect_fused_groups(in)) before += fg.bytes;
+  for (const passes::FusedGroup& fg : passes::collect_fused_groups(out)) after += fg.bytes;
+  return before - after;
+}
+
 // An FP8 tensor-scaled quantize after split-reductions and fuse-rows: g0 casts the bf16 activation to f32 and
 // takes each row's amax; g1 the amax over the rows; g2, which needs it, divides and casts to FP8. g2 read g0's
 // f32 cast (4 bytes an element); it now casts the bf16 activation itself (2 bytes) and g0 writes only its amax.
@@ -43,12 +53,7 @@ TEST(PassRematerialize, TheQuantizeCastRecomputesTheF32Copy) {
     })");
   EXPECT_EQ(r.found.at("cast recomputed by its reader's group"), 1);
   // g0 no longer writes its f32 copy.
-  Graph in = parse_or_die(input);
-  const Graph out = passes::rematerialize(in).graph;
-  double before = 0, after = 0;
-  for (const passes::FusedGroup& fg : passes::collect_fused_groups(in)) before += fg.bytes;
-  for (const passes::FusedGroup& fg : passes::collect_fused_groups(out)) after += fg.bytes;
-  EXPECT_DOUBLE_EQ(before - after, 64 * 256 * (4 + 4 - 2));  // g0's f32 write and g2's f32 read, for a bf16 read
+  EXPECT_DOUBLE_EQ(group_bytes_saved(input), 64 * 256 * (4 + 4 - 2));  // g0's f32 write and g2's f32 read, for a bf16 read
 }
 
 // A modulated layernorm's quantize: g0's f32 cast of its bf16 output is not recomputable from g0's inputs (the
@@ -83,12 +88,7 @@ TEST(PassRematerialize, AChainOverANarrowerValueOfItsGroup) {
       output q = %q
     })");
   EXPECT_EQ(r.found.at("cast recomputed by its reader's group"), 1);
-  Graph in = parse_or_die(input);
-  const Graph out = passes::rematerialize(in).graph;
-  double before = 0, after = 0;
-  for (const passes::FusedGroup& fg : passes::collect_fused_groups(in)) before += fg.bytes;
-  for (const passes::FusedGroup& fg : passes::collect_fused_groups(out)) after += fg.bytes;
-  EXPECT_DOUBLE_EQ(before - after, 64 * 256 * (4 + 4 - 2 - 2));  // g0 writes and g2 reads bf16, not f32
+  EXPECT_DOUBLE_EQ(group_bytes_saved(input), 64 * 256 * (4 + 4 - 2 - 2));  // g0 writes and g2 reads bf16, not f32
 }
 
 // What stays read: a chain through a reduction (its value exists only in its own group's pass), a chain whose
