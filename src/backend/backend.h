@@ -62,6 +62,10 @@ class LoadedModule {
 struct TimingOptions {
   int warmup = 2;
   int repetitions = 10;
+  // Keep the host's launch latency out of each sample (a GPU is kept busy while the work is enqueued,
+  // cuda/timer.h): for kernels and library calls timed alone. Off, each sample starts from an idle device, as a
+  // peer times its calls. The CPU runs work as it is launched and has no such latency to keep out.
+  bool hold = false;
 };
 
 struct Timing {

@@ -5,10 +5,12 @@
 #include <algorithm>
 #include <cmath>
 #include <initializer_list>
+#include <optional>
 #include <set>
 #include <utility>
 
 #include "cuda/driver.h"
+#include "cuda/timer.h"
 
 namespace kiln::cuda {
 
@@ -227,6 +229,7 @@ std::string GemmDesc::str() const {
 struct BlasLt::State {
   cublasLtHandle_t handle = nullptr;
   DeviceBuffer workspace;
+  std::optional<StreamTimer> timer;  // benchmark's, made on first use
   ~State() {
     if (handle) cublasLtDestroy(handle);
   }
@@ -406,8 +409,7 @@ Result<std::vector<double>> BlasLt::benchmark(const GemmDesc& desc, const std::v
   if (rotation.empty()) return make_error(ErrorCode::invalid_argument, "GEMM benchmark needs at least one argument set");
   Descriptors d;
   KILN_TRY(make_descriptors(desc, d));
-  KILN_ASSIGN_OR_RETURN(Event start, Event::create());
-  KILN_ASSIGN_OR_RETURN(Event end, Event::create());
+  KILN_ASSIGN_OR_RETURN(StreamTimer * timer, timer_in(state_->timer));
   size_t next = 0;
   auto launch_one = [&](const GemmAlgorithm& algorithm) -> Status {
     const GemmArgs& args = rotation[next++ % rotation.size()];
@@ -416,15 +418,8 @@ Result<std::vector<double>> BlasLt::benchmark(const GemmDesc& desc, const std::v
   };
   std::vector<double> medians;
   for (const GemmAlgorithm& algorithm : algorithms) {
-    for (int i = 0; i < 3; ++i) KILN_TRY(launch_one(algorithm));
-    std::vector<double> samples;
-    for (int r = 0; r < reps; ++r) {
-      KILN_TRY(start.record(stream));
-      KILN_TRY(launch_one(algorithm));
-      KILN_TRY(end.record(stream));
-      KILN_ASSIGN_OR_RETURN(double ms, Event::elapsed_ms(start, end));
-      samples.push_back(ms);
-    }
+    KILN_ASSIGN_OR_RETURN(std::vector<double> samples,
+                          timer->samples_ms(stream, [&] { return launch_one(algorithm); }, 3, reps));
     std::nth_element(samples.begin(), samples.begin() + samples.size() / 2, samples.end());
     medians.push_back(samples[samples.size() / 2]);
   }

@@ -94,8 +94,8 @@ class BlasLt {
                                                 AlgorithmSearch search = AlgorithmSearch::heuristic) const;
   Status run(const GemmDesc& desc, const GemmAlgorithm& algorithm, const GemmArgs& args, CUstream stream) const;
 
-  // Median ms of `reps` launches of each algorithm (after warm-up), events on `stream`; rotates over the
-  // given argument sets so weights come from memory, not L2.
+  // Median ms of `reps` launches of each algorithm (after warm-up), events on `stream` with the host's launch
+  // latency kept out (cuda/timer.h); rotates over the given argument sets so weights come from memory, not L2.
   Result<std::vector<double>> benchmark(const GemmDesc& desc, const std::vector<GemmAlgorithm>& algorithms,
                                         const std::vector<GemmArgs>& rotation, CUstream stream, int reps) const;
 

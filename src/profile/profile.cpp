@@ -22,6 +22,9 @@ double median_of(std::vector<double> v) {
   return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
+// A step or copy replayed alone: the host's launch latency kept out (TimingOptions::hold), as inside a plan.
+constexpr backend::TimingOptions kAloneTiming{1, 5, true};
+
 // The step's own device time (profile.h), or 0 when the backend cannot capture or time it.
 double kernel_time(backend::Plan& plan, backend::Backend& backend, size_t step) {
   auto replay = backend.capture([&]() -> Status {
@@ -29,7 +32,7 @@ double kernel_time(backend::Plan& plan, backend::Backend& backend, size_t step) 
     return ok_status();
   });
   if (!replay.ok()) return 0;
-  auto timing = backend.time(*replay, {1, 5});
+  auto timing = backend.time(*replay, kAloneTiming);
   return timing.ok() ? timing->median_seconds / kKernelRepeats : 0;
 }
 
@@ -47,7 +50,7 @@ double copy_time(backend::Backend& backend, int64_t bytes, std::map<int64_t, dou
       return ok_status();
     });
     if (replay.ok()) {
-      auto timing = backend.time(*replay, {1, 5});
+      auto timing = backend.time(*replay, kAloneTiming);
       if (timing.ok()) seconds = timing->median_seconds / kKernelRepeats;
     }
   }

@@ -2,11 +2,15 @@
 // Without a GPU these skip, except the NVRTC compile checks, which need only the toolkit.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
 #include <numeric>
+#include <thread>
 #include <vector>
 
 #include "cuda/driver.h"
 #include "cuda/nvrtc.h"
+#include "cuda/timer.h"
 #include "gpu_test_util.h"
 
 namespace kiln::cuda {
@@ -108,6 +112,69 @@ TEST(GpuDriver, CapturedGraphReplaysItsLaunches) {
   KILN_ASSERT_OK(stream->synchronize());
   KILN_ASSERT_OK(dy->download(y.data(), n * 4));
   for (int i = 0; i < n; ++i) ASSERT_EQ(y[i], 6.0f) << i;
+}
+
+const char* kSpin = R"(
+extern "C" __global__ void spin(unsigned long long ns) {
+  unsigned long long t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); while (t - t0 < ns);
+}
+)";
+
+// A host that takes 300 us to enqueue a kernel of a few microseconds: plain events around the call measure the
+// host, the StreamTimer the kernel. A kernel that spins 200 us on the device is measured whole by both.
+TEST(GpuDriver, StreamTimerKeepsTheHostOut) {
+  KILN_REQUIRE_GPU();
+  auto compiled = nvrtc_compile(std::string(kScaleAdd) + kSpin, "timer.cu", NvrtcOptions{gpu->info().arch(), {}, true});
+  ASSERT_TRUE(compiled.ok()) << compiled.error().message;
+  auto module = Module::load(compiled->cubin);
+  KILN_ASSERT_OK(module);
+  auto scale_add = module->function("scale_add");
+  auto spin = module->function("spin");
+  KILN_ASSERT_OK(scale_add);
+  KILN_ASSERT_OK(spin);
+  const int n = 1000;
+  auto dx = DeviceBuffer::allocate(n * 4);
+  auto dy = DeviceBuffer::allocate(n * 4);
+  KILN_ASSERT_OK(dx);
+  KILN_ASSERT_OK(dy);
+  KILN_ASSERT_OK(dx->fill_bytes(0));
+  KILN_ASSERT_OK(dy->fill_bytes(0));
+  auto stream = Stream::create();
+  KILN_ASSERT_OK(stream);
+  CUdeviceptr px = dx->ptr(), py = dy->ptr();
+  float a = 1.0f;
+  int count = n;
+  auto slow_host = [&]() -> Status {
+    std::this_thread::sleep_for(std::chrono::microseconds(300));
+    return launch(*scale_add, {.grid_x = (n + 255) / 256, .block_x = 256}, stream->handle(), {&px, &py, &a, &count});
+  };
+  auto timer = StreamTimer::create();
+  KILN_ASSERT_OK(timer);
+  auto held = timer->samples_ms(stream->handle(), slow_host, 2, 9);
+  KILN_ASSERT_OK(held);
+  ASSERT_EQ(held->size(), 9u);
+  std::vector<double> ms = *held;
+  std::sort(ms.begin(), ms.end());
+  EXPECT_LT(ms[4], 0.1) << "the host's 300 us enqueue is in the held figure";
+
+  auto start = Event::create(), end = Event::create();
+  KILN_ASSERT_OK(start);
+  KILN_ASSERT_OK(end);
+  KILN_ASSERT_OK(start->record(stream->handle()));
+  KILN_ASSERT_OK(slow_host());
+  KILN_ASSERT_OK(end->record(stream->handle()));
+  auto plain = Event::elapsed_ms(*start, *end);
+  KILN_ASSERT_OK(plain);
+  EXPECT_GT(*plain, 0.25) << "plain events should measure the host's enqueue";
+
+  unsigned long long ns = 200000;
+  auto device_bound = timer->samples_ms(stream->handle(), [&] {
+    return launch(*spin, {}, stream->handle(), {&ns});
+  }, 1, 5);
+  KILN_ASSERT_OK(device_bound);
+  for (double v : *device_bound) EXPECT_GE(v, 0.195) << "the held figure lost part of the work";
 }
 
 }  // namespace
