@@ -10,6 +10,9 @@
 namespace kiln::kernel {
 namespace {
 
+// CUDA: row-buffer floats a thread may keep in registers at once (cuda_row_buffers); the rest go to shared memory.
+constexpr int64_t kRegisterFloats = 64;
+
 bool power_of_two(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
 
 Error field_error(const std::string& field, const std::string& why) {
@@ -182,7 +185,22 @@ std::vector<RowBuffer> cuda_row_buffers(const Kernel& k, const Schedule& s) {
   }
   if (!s.registers || s.vector_width <= 1) return place;
   const auto reads = buffer_reads(k, s);
-  int64_t floats = 0;  // register floats per thread, over all register rows
+  // Register floats per thread a row buffer takes, counted only while it is live: from the stage that writes
+  // it to the last stage that reads it (the compiler reuses a dead row's registers). A modulated layernorm with
+  // its amax keeps three rows of 24 floats (the f32 cast, x - mean, the bf16 output the amax reads) but never
+  // more than two at once.
+  std::vector<int64_t> live(k.stages.size(), 0);
+  std::vector<size_t> last_read(k.stages.size(), 0);
+  for (size_t i = 0; i < k.stages.size(); ++i) {
+    last_read[i] = i;
+    for (const auto& [reader, id] : reads[i]) last_read[i] = std::max(last_read[i], static_cast<size_t>(reader));
+  }
+  auto fits = [&](size_t from, size_t to, int64_t need) {
+    for (size_t p = from; p <= to; ++p) {
+      if (live[p] + need > kRegisterFloats) return false;
+    }
+    return true;
+  };
   for (size_t i = 0; i < k.stages.size(); ++i) {
     const Stage& st = k.stages[i];
     if (place[i] != RowBuffer::shared || general_reduction(st)) continue;
@@ -199,11 +217,18 @@ std::vector<RowBuffer> cuda_row_buffers(const Kernel& k, const Schedule& s) {
       const auto at = unrolled_vector_loop(k.stages[static_cast<size_t>(reader)], s);
       own_step = own_step && at && offset_within_vector_step(k, k.exprs[static_cast<size_t>(id)].offset, at->var, s.vector_width);
     }
+    if (!own_step) continue;
+    // A copy of a register row is that row's registers, which then stay live until the copy's last read.
     const int source = row_copy_of(k, static_cast<int>(i));
-    const int64_t need = source >= 0 && place[static_cast<size_t>(source)] == RowBuffer::registers ? 0 : st.local_size / s.threads_per_row;
-    if (own_step && floats + need <= 64) {
+    const bool copy = source >= 0 && place[static_cast<size_t>(source)] == RowBuffer::registers;
+    const size_t owner = copy ? static_cast<size_t>(source) : i;
+    const int64_t need = k.stages[owner].local_size / s.threads_per_row;
+    const size_t from = copy ? last_read[owner] + 1 : i;
+    const size_t to = last_read[i];
+    if (from > to || fits(from, to, need)) {
       place[i] = RowBuffer::registers;
-      floats += need;
+      for (size_t p = from; p <= to; ++p) live[p] += need;
+      if (copy) last_read[owner] = std::max(last_read[owner], to);
     }
   }
   return place;

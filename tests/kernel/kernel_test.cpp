@@ -286,7 +286,8 @@ harness::CandidateOutcome native_outcome(const Graph& g, const Kernel& k, const 
 }
 
 // The fused groups of a zoo model's optimized graph that lower to a kernel with a RoPE stage.
-std::vector<Kernel> rope_kernels(const std::string& spec) {
+// The zoo model's fused kernels (its default pipeline) with a stage whose name contains `stage`.
+std::vector<Kernel> kernels_with_stage(const std::string& spec, const std::string& stage) {
   std::vector<Kernel> out;
   auto model = models::build_zoo_model(spec);
   EXPECT_TRUE(model.ok());
@@ -297,12 +298,14 @@ std::vector<Kernel> rope_kernels(const std::string& spec) {
   for (const passes::FusedGroup& fg : passes::collect_fused_groups(optimized->graph)) {
     auto k = lower_nodes(optimized->graph, fg.members, "g" + std::to_string(fg.id));
     if (!k.ok()) continue;
-    bool rope = false;
-    for (const Stage& st : k->stages) rope = rope || st.name.find("rope") != std::string::npos;
-    if (rope) out.push_back(std::move(*k));
+    bool found = false;
+    for (const Stage& st : k->stages) found = found || st.name.find(stage) != std::string::npos;
+    if (found) out.push_back(std::move(*k));
   }
   return out;
 }
+
+std::vector<Kernel> rope_kernels(const std::string& spec) { return kernels_with_stage(spec, "rope"); }
 
 // The graph's one fused kernel, emitted at its default CPU schedule, verified by the harness (normal and wide
 // inputs, two calls per trial) against the reference; returns the source for checks of its form.
@@ -859,6 +862,30 @@ TEST(KernelEmit, CudaConcatOverRowsBranchesPerRow) {
   EXPECT_EQ(src.find("kiln_clamp(", body), std::string::npos) << src.substr(body);
   EXPECT_NE(src.find("((const uint4*)(in0 +", body), std::string::npos) << src.substr(body);
   EXPECT_NE(src.find("((const uint4*)(in1 +", body), std::string::npos) << src.substr(body);
+}
+
+// Register rows count against a thread's budget only while live. The FP8 block's modulated layernorm with its
+// amax keeps three rows of 24 floats a thread (the f32 cast, x - mean, the bf16 output the amax reads), never
+// more than two at once: all three fit in registers, with no shared row and no barrier before the amax (counted
+// all at once, 72 floats, the amax's row went to shared memory: 12 KiB a row, one more barrier).
+TEST(KernelEmit, CudaRegisterRowsCountOnlyWhileLive) {
+  std::optional<Kernel> ln;
+  for (Kernel& k : kernels_with_stage("flux1-double-block:dtype=fp8,fp8_scaling=tensor", "reduce_amax")) {
+    bool norm = false;
+    for (const Stage& st : k.stages) norm = norm || st.name.find("layernorm") != std::string::npos;
+    if (norm && k.rows == 4096) ln = std::move(k);
+  }
+  ASSERT_TRUE(ln.has_value());
+  const Schedule s = default_schedule(*ln, Target::cuda, 132);
+  ASSERT_EQ(s.threads_per_row, 128);
+  ASSERT_EQ(s.vector_width, 8);
+  const std::vector<RowBuffer> place = cuda_row_buffers(*ln, s);
+  EXPECT_EQ(std::count(place.begin(), place.end(), RowBuffer::shared), 0) << kernel_to_text(*ln);
+  EXPECT_GE(std::count(place.begin(), place.end(), RowBuffer::registers), 3) << kernel_to_text(*ln);
+  auto module = emit_module({{&*ln, s, "kern"}}, Target::cuda);
+  ASSERT_TRUE(module.ok()) << module.error().message;
+  const std::string body = module->source.substr(module->source.find("extern \"C\""));
+  EXPECT_EQ(body.find("__shared__ float s"), std::string::npos) << body;
 }
 
 // q/k RMSNorm + RoPE of a FLUX.1 head (128 values: 16 threads x 8 rows a block): the row and its mean square
