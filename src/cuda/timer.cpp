@@ -28,7 +28,7 @@ WAIT:
 
 constexpr double kMinHoldSeconds = 20e-6;
 constexpr double kHoldOverEnqueue = 3;
-constexpr double kMaxHoldSeconds = 0.1;
+constexpr double kMaxHoldSeconds = 5e-3;
 
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
@@ -52,30 +52,29 @@ Result<StreamTimer*> timer_in(std::optional<StreamTimer>& slot) {
   return &*slot;
 }
 
-double StreamTimer::hold_seconds() const {
-  return std::clamp(kHoldOverEnqueue * enqueue_seconds_, kMinHoldSeconds, kMaxHoldSeconds);
-}
-
 Result<std::vector<double>> StreamTimer::samples_ms(CUstream stream, const std::function<Status()>& work, int warmup,
                                                     int reps) {
+  // The spin follows the work's latest enqueue, not its slowest: a first call that loads modules or JIT-compiles
+  // (cuBLASLt's first launch of a kernel: tens of ms) must not set the spin of every sample after it.
+  double enqueue = 0;
   for (int i = 0; i < warmup; ++i) {
     const auto t = Clock::now();
     KILN_TRY(work());
-    enqueue_seconds_ = std::max(enqueue_seconds_, since(t));
+    enqueue = since(t);
   }
   std::vector<double> samples;
   for (int r = 0; r < std::max(1, reps); ++r) {
-    // One retake at most: a host that stalls on every enqueue (a loaded CI machine) still gets its samples.
+    // One retake at most, with the spin the slow enqueue asks for: a host that stalls on every enqueue (a loaded
+    // CI machine) still gets its samples.
     for (int attempt = 0; attempt < 2; ++attempt) {
-      const double held = hold_seconds();
+      const double held = std::clamp(kHoldOverEnqueue * enqueue, kMinHoldSeconds, kMaxHoldSeconds);
       unsigned long long ns = static_cast<unsigned long long>(held * 1e9);
       KILN_TRY(launch(hold_, {}, stream, {&ns}));
       const auto t = Clock::now();
       KILN_TRY(start_.record(stream));
       KILN_TRY(work());
       KILN_TRY(end_.record(stream));
-      const double enqueue = since(t);
-      enqueue_seconds_ = std::max(enqueue_seconds_, enqueue);
+      enqueue = since(t);
       KILN_ASSIGN_OR_RETURN(double ms, Event::elapsed_ms(start_, end_));
       if (enqueue < held || attempt == 1) {
         samples.push_back(ms);

@@ -26,18 +26,16 @@ class StreamTimer {
   // In the current context (the spinning kernel is PTX the driver compiles for whatever GPU is there).
   static Result<StreamTimer> create();
   // Milliseconds of each of `reps` calls of `work` (which only enqueues work on `stream`), after `warmup`
-  // calls. The spin lasts three times the longest host enqueue seen so far (at least 20 us); a sample
-  // whose enqueue outlasted the spin is taken again with a longer one.
+  // calls. The spin lasts three times the work's latest host enqueue (20 us to 5 ms); a sample whose enqueue
+  // outlasted the spin is taken again with a longer one.
   Result<std::vector<double>> samples_ms(CUstream stream, const std::function<Status()>& work, int warmup, int reps);
 
  private:
   StreamTimer(Module module, CUfunction hold, Event start, Event end)
       : module_(std::move(module)), hold_(hold), start_(std::move(start)), end_(std::move(end)) {}
-  double hold_seconds() const;
   Module module_;
   CUfunction hold_ = nullptr;
   Event start_, end_;
-  double enqueue_seconds_ = 0;  // the longest host enqueue of the work seen
 };
 
 // The timer in `slot`, made there on first use (owners keep one per stream user: the backend, cuBLASLt's
