@@ -1,7 +1,7 @@
 // Timing device work with the host's launch latency kept out of the figure. Timed from an idle stream, a
 // region starts when the GPU reaches its start event, and the work's launches reach the GPU only as fast as
 // the host enqueues them: every figure carries a few microseconds of host time (on an H100 a 6.3 MB copy read
-// 8.6 us timed that way, 3.4 us replayed back to back in a CUDA graph; session 30), which hides small
+// 8.6 us timed that way and 4.6 us held, a 9 KB kernel 8.5 us; session 30), which hides small
 // kernels' differences and compresses every ratio between candidates towards 1. A StreamTimer first launches
 // a one-thread kernel that spins on the GPU's global timer while the host enqueues the start event, the work
 // and the end event, so the GPU runs them back to back: the figure is the work's own device time, as it is
