@@ -41,6 +41,19 @@ step "machine"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
 
 log="$(mktemp)"
+if [ -n "$prebuilt" ]; then
+  # A binary left out of the call's carry list fails minutes later as "kiln-worker not found" (session 30):
+  # name it now, before any device time goes.
+  needed=(kiln kiln-gpu-bench kiln-gpu-worker kiln-worker)
+  [ -n "$tests" ] && needed+=(tests/kiln_cuda_tests)
+  missing=()
+  for b in "${needed[@]}"; do [ -x "$build/$b" ] || missing+=("$build/$b"); done
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "--prebuilt $prebuilt lacks ${missing[*]}: build them (ninja kiln_cli kiln_gpu_bench kiln_gpu_worker" \
+         "kiln_worker kiln_cuda_tests) and carry them" >&2
+    exit 2
+  fi
+fi
 if [ -z "$prebuilt" ]; then
 step "build (CUDA on)"
 # The GPU machine has SQLite's runtime library but not its header: the call carries Debian's libsqlite3-dev

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# One device call that uses whichever card comes (a call naming nvidia-h200 without needs_h200 may get an H100):
+# on an H200, issue 7's run (bench/gpu/run.sh with KILN_TUNE_CANDIDATES=0: tests, benchmarks, ratios); on any
+# other card, the GPU tests and the held schedule search of the FP8 block's kernels (kiln-gpu-bench
+# --tune-plan), whose per-kernel winners say what the next kernel change should be. Binaries come prebuilt
+# (bench/gpu/carry_libs.sh; carry build/release's kiln, kiln-gpu-bench, kiln-gpu-worker, kiln-worker and
+# tests/kiln_cuda_tests, .gpulib and .peer).
+#   bench/gpu/any_card.sh OUT_DIR BUILD_DIR [SECONDS]      (SECONDS: the whole call's budget, default 480)
+set -uo pipefail
+out="${1:?usage: bench/gpu/any_card.sh OUT_DIR BUILD_DIR [SECONDS]}"
+build="${2:?usage: bench/gpu/any_card.sh OUT_DIR BUILD_DIR [SECONDS]}"
+budget="${3:-480}"
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+mkdir -p "$out"
+card="$(nvidia-smi --query-gpu=name --format=csv,noheader 2> /dev/null | head -1)"
+[ -n "$card" ] || { echo "no GPU here (nvidia-smi gave no card)" >&2; exit 2; }
+echo "card: $card"
+if echo "$card" | grep -q H200; then
+  KILN_TUNE_CANDIDATES=0 timeout "$budget" bash "$root/bench/gpu/run.sh" "$out" --prebuilt "$build" > "$out/run.log" 2>&1
+  status=$?
+  tail -40 "$out/run.log"
+  exit $status
+fi
+bash "$root/bench/gpu/run.sh" "$out" --prebuilt "$build" --no-bench > "$out/run.log" 2>&1
+status=$?
+grep -E "^\[  (PASSED|FAILED|SKIPPED) |Failure|lacks" "$out/run.log" | head -20
+export LD_LIBRARY_PATH="/usr/local/cuda/lib64:$root/.gpulib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+left=$((budget - SECONDS - 10))
+if [ "$left" -gt 60 ]; then
+  timeout "$left" "$build/kiln-gpu-bench" --out "$out/tune.json" --quick \
+    --tune-plan flux1-double-block:dtype=fp8,fp8_scaling=tensor --max-candidates 24 > "$out/tune.log" 2>&1
+  grep -E "^kernel|^plan" "$out/tune.log" | cut -c1-200
+fi
+exit $status
