@@ -679,11 +679,14 @@ json bench_tuned_plan(const std::string& spec, double copy_bytes_per_second, int
       best_sum += best->median_seconds;
       bytes_sum += lowered->bytes;
     }
+    // A candidate that failed its check is named with why (the first one), so a broken corner of the schedule
+    // space shows in the log, not only as a pass count.
+    const std::string failed = best && !first_failure.empty() ? "; first failure " + first_failure.substr(0, 160) : "";
     std::printf("kernel %-40s %9.0f KB  %2d/%zu pass  default %.4f ms  best %.4f ms = %3.0f%% of copy  %s%s\n",
                 g.node_label(members[0]).substr(0, 40).c_str(), lowered->bytes / 1e3, passed, candidates.size(),
                 def.passed ? def.median_seconds * 1e3 : -1.0, best ? best->median_seconds * 1e3 : -1.0,
                 best ? 100 * lowered->bytes / best->median_seconds / copy_bytes_per_second : 0.0,
-                best ? kernel::schedule_to_string(best->schedule).c_str() : first_failure.c_str(), "");
+                best ? kernel::schedule_to_string(best->schedule).c_str() : first_failure.c_str(), failed.c_str());
     kernels.push_back(k);
   }
   row["kernels"] = kernels;

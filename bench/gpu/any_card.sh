@@ -29,6 +29,6 @@ left=$((budget - SECONDS - 10))
 if [ "$left" -gt 60 ]; then
   timeout "$left" "$build/kiln-gpu-bench" --out "$out/tune.json" --quick \
     --tune-plan flux1-double-block:dtype=fp8,fp8_scaling=tensor --max-candidates 24 > "$out/tune.log" 2>&1
-  grep -E "^kernel|^plan" "$out/tune.log" | cut -c1-200
+  grep -E "^kernel|^plan" "$out/tune.log" | cut -c1-400
 fi
 exit $status
