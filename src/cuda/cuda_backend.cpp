@@ -311,22 +311,22 @@ class CudaBackend final : public backend::Backend {
   }
 
   Result<backend::Timing> time(const std::function<Status()>& work, const backend::TimingOptions& options) override {
+    std::vector<double> samples;  // seconds
     if (options.hold) {
       KILN_ASSIGN_OR_RETURN(StreamTimer * timer, timer_in(timer_));
-      KILN_ASSIGN_OR_RETURN(std::vector<double> ms, timer->samples_ms(stream_.handle(), work, options.warmup, options.repetitions));
-      std::sort(ms.begin(), ms.end());
-      return backend::Timing{ms[ms.size() / 2] * 1e-3, ms.front() * 1e-3, static_cast<int>(ms.size())};
-    }
-    KILN_ASSIGN_OR_RETURN(Event start, Event::create());
-    KILN_ASSIGN_OR_RETURN(Event end, Event::create());
-    for (int i = 0; i < options.warmup; ++i) KILN_TRY(work());
-    std::vector<double> samples;
-    for (int i = 0; i < std::max(1, options.repetitions); ++i) {
-      KILN_TRY(start.record(stream_.handle()));
-      KILN_TRY(work());
-      KILN_TRY(end.record(stream_.handle()));
-      KILN_ASSIGN_OR_RETURN(double ms, Event::elapsed_ms(start, end));
-      samples.push_back(ms * 1e-3);
+      KILN_ASSIGN_OR_RETURN(samples, timer->samples_ms(stream_.handle(), work, options.warmup, options.repetitions));
+      for (double& s : samples) s *= 1e-3;
+    } else {
+      KILN_ASSIGN_OR_RETURN(Event start, Event::create());
+      KILN_ASSIGN_OR_RETURN(Event end, Event::create());
+      for (int i = 0; i < options.warmup; ++i) KILN_TRY(work());
+      for (int i = 0; i < std::max(1, options.repetitions); ++i) {
+        KILN_TRY(start.record(stream_.handle()));
+        KILN_TRY(work());
+        KILN_TRY(end.record(stream_.handle()));
+        KILN_ASSIGN_OR_RETURN(double ms, Event::elapsed_ms(start, end));
+        samples.push_back(ms * 1e-3);
+      }
     }
     std::sort(samples.begin(), samples.end());
     return backend::Timing{samples[samples.size() / 2], samples.front(), static_cast<int>(samples.size())};

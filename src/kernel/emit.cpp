@@ -1792,8 +1792,8 @@ Result<EmittedModule> emit_module(const std::vector<KernelToEmit>& kernels, Targ
       if (target == Target::cpu && c.place[i] == RowBuffer::registers) c.place[i] = RowBuffer::shared;
       c.buffered.push_back(c.place[i] != RowBuffer::none);
       c.register_rows = c.register_rows || (c.place[i] == RowBuffer::registers && !s.reduce);
-      c.any_reduction_exchange = c.any_reduction_exchange || (s.reduce && !general_reduction(s));
     }
+    c.any_reduction_exchange = has_reduction_exchange(k);
     c.int32_indices = target == Target::cuda && indices_fit_int32(k, item.schedule);
     if (target == Target::cpu && item.schedule.tables) c.tabulated = tabulated_exprs(k);
     if (target == Target::cpu && item.schedule.pairs) {

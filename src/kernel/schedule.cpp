@@ -29,12 +29,10 @@ int64_t rows_per_warp(int threads_per_row) { return std::max(1, 32 / threads_per
 int64_t local_buffer_bytes(const Kernel& k, const Schedule& s) {
   int64_t bytes = 0;
   const std::vector<RowBuffer> place = cuda_row_buffers(k, s);
-  bool exchange = false;
   for (size_t i = 0; i < k.stages.size(); ++i) {
     if (place[i] == RowBuffer::shared) bytes += 4 * cuda_row_buffer_floats(k.stages[i].local_size, s);
-    exchange = exchange || (k.stages[i].reduce && !general_reduction(k.stages[i]));
   }
-  if (exchange && s.threads_per_row > 32) bytes += 4 * (s.threads_per_row / 32);
+  if (has_reduction_exchange(k) && s.threads_per_row > 32) bytes += 4 * (s.threads_per_row / 32);
   return bytes;
 }
 
@@ -101,6 +99,13 @@ bool general_reduction(const Stage& stage) {
   for (bool r : stage.reduced_axes) {
     if (seen && !r) return true;
     seen = seen || r;
+  }
+  return false;
+}
+
+bool has_reduction_exchange(const Kernel& k) {
+  for (const Stage& st : k.stages) {
+    if (st.reduce && !general_reduction(st)) return true;
   }
   return false;
 }

@@ -71,6 +71,9 @@ int64_t cuda_row_buffer_floats(int64_t local_size, const Schedule& schedule);
 
 // A reduction whose reduced axes are not the trailing ones: accumulated into its buffer by one thread.
 bool general_reduction(const Stage& stage);
+// CUDA: whether the kernel's row reductions exchange partial results through shared memory (a word per warp,
+// emit.cpp's kiln_red) when a row spans several warps: some reduction is not a general one.
+bool has_reduction_exchange(const Kernel& kernel);
 
 // CUDA: where each stage's row-local buffer lives under `schedule`. `registers` holds a stage's elements in
 // an array per thread, indexed by the vector step and the element within it, both fixed once the step loops
