@@ -303,7 +303,9 @@ class CudaBackend final : public backend::Backend {
     Status recorded = work();
     capturing_ = false;
     auto graph = CapturedGraph::end_capture(stream_.handle());  // ends the capture even when work failed
-    if (!recorded.ok()) return with_context(recorded.error(), "while capturing a CUDA graph");
+    if (!recorded.ok())
+      return with_context(recorded.error(), "while capturing a CUDA graph (a plan runs once before it is captured: its "
+                                            "first run chooses GEMM algorithms and makes their buffers)");
     if (!graph.ok()) return graph.error();
     auto shared = std::make_shared<CapturedGraph>(std::move(graph).value());
     CUstream stream = stream_.handle();

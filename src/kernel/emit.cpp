@@ -24,7 +24,7 @@ struct KernelContext {
   std::vector<RowBuffer> place; // per stage: where (CUDA: cuda_row_buffers; CPU: shared stands for a local array)
   bool register_rows = false;   // some stage's row is a register array (CUDA)
   bool int32_indices = false;   // CUDA: every index the kernel computes fits in 32 bits (kiln_idx is int)
-  bool any_reduction_exchange = false;
+  int reduction_exchanges = 0;  // CUDA: slots of kiln_red (schedule.h)
   std::vector<bool> coarse_outputs_only;  // per stage (emit_cpu.h)
   std::vector<bool> rounded_narrow;       // per expression: rounded_to_bf16_or_fp8 (emit_cpu.h)
   std::vector<bool> row_invariant;        // CPU, per input: converted to f32 once per row range (emit_cpu.h)
@@ -51,9 +51,11 @@ class Dialect {
   // Opens a loop over `var`. `spread`: the innermost loop of a stage, which a target may split over threads.
   virtual std::string loop_open(const std::string& var, int64_t extent, bool spread, const Schedule& s,
                                 const std::string& reduction_clause) const = 0;
-  // After the per-thread accumulation of `acc` (and the NaN flag `nan`): combine across the row's threads.
+  // After the per-thread accumulation of `acc` (and the NaN flag `nan`): combine across the row's threads,
+  // through exchange slot `slot` (reduction_exchanges). `repeated`: the exchange runs inside a loop, so its
+  // slot is written again by the next iteration.
   virtual std::string reduce_exchange(const std::string& acc, const std::string& nan, ReduceKind kind,
-                                      const Schedule& s) const = 0;
+                                      const Schedule& s, int slot, bool repeated) const = 0;
   virtual std::string barrier() const = 0;
   virtual std::string single_writer_open() const = 0;  // around writes of a value every thread holds
   virtual std::string single_writer_close() const = 0;
@@ -428,7 +430,9 @@ class CpuDialect final : public Dialect {
     return (spread ? cpu_loop_pragmas(s, reduction_clause) : "") +
            fmt::format("for (int64_t {0} = 0; {0} < {1}; ++{0}) {{\n", var, extent);
   }
-  std::string reduce_exchange(const std::string&, const std::string&, ReduceKind, const Schedule&) const override { return ""; }
+  std::string reduce_exchange(const std::string&, const std::string&, ReduceKind, const Schedule&, int, bool) const override {
+    return "";
+  }
   std::string barrier() const override { return ""; }
   std::string single_writer_open() const override { return ""; }
   std::string single_writer_close() const override { return ""; }
@@ -609,7 +613,9 @@ class CudaDialect final : public Dialect {
       out += fmt::format("  __shared__ float s{}[{}][{}];\n", i, by, cuda_row_buffer_floats(st.local_size, c.s));
     }
     if (any_buffer) out += buffer_permutation(c.s);
-    if (c.any_reduction_exchange && bx > 32) out += fmt::format("  __shared__ float kiln_red[{}][{}];\n", by, bx / 32);
+    if (c.reduction_exchanges > 0 && bx > 32) {
+      out += fmt::format("  __shared__ float kiln_red[{}][{}][{}];\n", by, c.reduction_exchanges, bx / 32);
+    }
     if (c.s.vector_width > 1) {
       // Vector loads and stores need 16-byte aligned tensors; a view at an odd offset takes the scalar path.
       std::string any = "0ull";
@@ -638,7 +644,12 @@ class CudaDialect final : public Dialect {
     if (!spread) return fmt::format("for (kiln_idx {0} = 0; {0} < {1}; ++{0}) {{\n", var, extent);
     return fmt::format("for (kiln_idx {0} = kiln_lane; {0} < {1}; {0} += {2}) {{\n", var, extent, s.threads_per_row);
   }
-  std::string reduce_exchange(const std::string& acc, const std::string&, ReduceKind kind, const Schedule& s) const override {
+  // A row spanning several warps: each warp's lane 0 writes its partial result to the reduction's own slot, one
+  // barrier, every thread combines the slot's words. A slot written once per kernel needs no barrier after the
+  // reads (session 31: the FP8 block's layernorm + amax kernel had six barriers a row, now three); one written
+  // again inside a loop does, so the next iteration's write waits for this one's readers.
+  std::string reduce_exchange(const std::string& acc, const std::string&, ReduceKind kind, const Schedule& s, int slot,
+                              bool repeated) const override {
     const std::string combine = kind == ReduceKind::sum || kind == ReduceKind::mean ? "{0} + {1}" : "kiln_maxnan({0}, {1})";
     // Lanes a row's threads span within their warp: all 32, or threads_per_row when rows share a warp (an
     // xor below threads_per_row stays inside the row's lanes).
@@ -646,9 +657,11 @@ class CudaDialect final : public Dialect {
     std::string out = fmt::format("for (int kiln_o = {}; kiln_o > 0; kiln_o >>= 1) ", span / 2) + acc + " = " +
                       fmt::format(fmt::runtime(combine), acc, "__shfl_xor_sync(0xffffffffu, " + acc + ", kiln_o)") + ";\n";
     if (s.threads_per_row > 32) {
-      out += fmt::format("if ((kiln_lane & 31) == 0) kiln_red[threadIdx.y][kiln_lane >> 5] = {};\n__syncthreads();\n", acc);
-      out += fmt::format("{} = kiln_red[threadIdx.y][0];\nfor (int kiln_w = 1; kiln_w < {}; ++kiln_w) {} = {};\n__syncthreads();\n",
-                         acc, s.threads_per_row / 32, acc, fmt::format(fmt::runtime(combine), acc, "kiln_red[threadIdx.y][kiln_w]"));
+      const std::string red = fmt::format("kiln_red[threadIdx.y][{}]", slot);
+      out += fmt::format("if ((kiln_lane & 31) == 0) {}[kiln_lane >> 5] = {};\n__syncthreads();\n", red, acc);
+      out += fmt::format("{} = {}[0];\nfor (int kiln_w = 1; kiln_w < {}; ++kiln_w) {} = {};\n", acc, red,
+                         s.threads_per_row / 32, acc, fmt::format(fmt::runtime(combine), acc, red + "[kiln_w]"));
+      if (repeated) out += "__syncthreads();\n";
     }
     return out;
   }
@@ -1190,6 +1203,13 @@ class KernelWriter {
   }
 
   // The innermost axis with a loop, among axes [from, to): the one a target may spread.
+  // The kiln_red slot of stage i's reduction exchange: the row reductions before it that exchange too.
+  int exchange_slot(int i) const {
+    int slot = 0;
+    for (int j = 0; j < i; ++j) slot += k_.stages[j].reduce && !general_reduction(k_.stages[j]) ? 1 : 0;
+    return slot;
+  }
+
   int innermost(const Stage& s, size_t from, size_t to) const {
     for (size_t a = to; a-- > from;) {
       if (s.space_vars[a] >= 0) return static_cast<int>(a);
@@ -1641,7 +1661,7 @@ class KernelWriter {
       }
       close_all(kept_loops);
       if (inner < 0 && spread_threads) code_ += indent_ + "}\n";
-      if (spread_threads) code_ += indent_ + d_.reduce_exchange(acc, nan, s.reduce_kind, c_.s);
+      if (spread_threads) code_ += indent_ + d_.reduce_exchange(acc, nan, s.reduce_kind, c_.s, exchange_slot(i), kept_loops > 0);
       write_reduced_value(i, finalize(s, acc, flag ? nan : ""));
       const int moment = c_.moment_with[static_cast<size_t>(i)];  // taken in this pass (write_lane_reduction)
       if (moment >= 0) write_reduced_value(moment, finalize(k_.stages[static_cast<size_t>(moment)], "acc" + std::to_string(moment), ""));
@@ -1793,7 +1813,7 @@ Result<EmittedModule> emit_module(const std::vector<KernelToEmit>& kernels, Targ
       c.buffered.push_back(c.place[i] != RowBuffer::none);
       c.register_rows = c.register_rows || (c.place[i] == RowBuffer::registers && !s.reduce);
     }
-    c.any_reduction_exchange = has_reduction_exchange(k);
+    c.reduction_exchanges = reduction_exchanges(k);
     c.int32_indices = target == Target::cuda && indices_fit_int32(k, item.schedule);
     if (target == Target::cpu && item.schedule.tables) c.tabulated = tabulated_exprs(k);
     if (target == Target::cpu && item.schedule.pairs) {

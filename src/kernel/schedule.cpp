@@ -22,8 +22,8 @@ Error field_error(const std::string& field, const std::string& why) {
 // CUDA: the fewest rows a block of `threads_per_row`-wide rows may hold: one whole warp.
 int64_t rows_per_warp(int threads_per_row) { return std::max(1, 32 / threads_per_row); }
 
-// Bytes of shared memory a CUDA block takes per row: its row buffers, and the word per warp a row's
-// reductions exchange through when the row spans several warps (emit.cpp's kiln_red). Without the exchange
+// Bytes of shared memory a CUDA block takes per row: its row buffers, and the word per warp each of a row's
+// reductions exchanges through when the row spans several warps (emit.cpp's kiln_red). Without the exchange
 // the check passed blocks ptxas then refused at 48 KiB + 32 bytes (session 30: 5 of the 139 schedules of the
 // FP8 block's layernorm kernel).
 int64_t local_buffer_bytes(const Kernel& k, const Schedule& s) {
@@ -32,7 +32,7 @@ int64_t local_buffer_bytes(const Kernel& k, const Schedule& s) {
   for (size_t i = 0; i < k.stages.size(); ++i) {
     if (place[i] == RowBuffer::shared) bytes += 4 * cuda_row_buffer_floats(k.stages[i].local_size, s);
   }
-  if (has_reduction_exchange(k) && s.threads_per_row > 32) bytes += 4 * (s.threads_per_row / 32);
+  if (s.threads_per_row > 32) bytes += 4 * int64_t{reduction_exchanges(k)} * (s.threads_per_row / 32);
   return bytes;
 }
 
@@ -103,11 +103,10 @@ bool general_reduction(const Stage& stage) {
   return false;
 }
 
-bool has_reduction_exchange(const Kernel& k) {
-  for (const Stage& st : k.stages) {
-    if (st.reduce && !general_reduction(st)) return true;
-  }
-  return false;
+int reduction_exchanges(const Kernel& k) {
+  int n = 0;
+  for (const Stage& st : k.stages) n += st.reduce && !general_reduction(st) ? 1 : 0;
+  return n;
 }
 
 std::optional<UnrolledVectorLoop> unrolled_vector_loop(const Stage& stage, const Schedule& schedule) {

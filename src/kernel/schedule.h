@@ -71,9 +71,11 @@ int64_t cuda_row_buffer_floats(int64_t local_size, const Schedule& schedule);
 
 // A reduction whose reduced axes are not the trailing ones: accumulated into its buffer by one thread.
 bool general_reduction(const Stage& stage);
-// CUDA: whether the kernel's row reductions exchange partial results through shared memory (a word per warp,
-// emit.cpp's kiln_red) when a row spans several warps: some reduction is not a general one.
-bool has_reduction_exchange(const Kernel& kernel);
+// CUDA: how many of the kernel's row reductions exchange partial results through shared memory when a row
+// spans several warps (the reductions that are not general ones). Each has its own slot of a word per warp
+// (emit.cpp's kiln_red), so one barrier orders its writes before its reads and no second one is needed before
+// the next reduction writes.
+int reduction_exchanges(const Kernel& kernel);
 
 // CUDA: where each stage's row-local buffer lives under `schedule`. `registers` holds a stage's elements in
 // an array per thread, indexed by the vector step and the element within it, both fixed once the step loops

@@ -11,10 +11,12 @@
 #include "../backend/backend_test_util.h"
 #include "../backend/plan_test_util.h"
 #include "../kernel/exact_math.h"
+#include "../kernel/exchange_graphs.h"
 #include "cuda/cuda_backend.h"
 #include "gpu_test_util.h"
 #include "ir/text.h"
 #include "kernel/kernel_ir.h"
+#include "kernel/schedule.h"
 #include "models/zoo.h"
 #include "../passes/pass_test_util.h"
 #include "passes/pipeline.h"
@@ -78,6 +80,50 @@ TEST(GpuBackend, EveryZooFusedGroupMatchesTheReference) {
   }
   std::printf("  %d distinct fused groups checked on the GPU\n", groups);
   EXPECT_GT(groups, 30);
+}
+
+// Row reductions whose rows span 2, 4 and 8 warps exchange through a slot each (one barrier after the warps'
+// writes; a second only where the slot is written again in a loop): a modulated layernorm + amax (three
+// reductions, as the FP8 blocks' before their GEMMs) and a mean per part of a [4, 256] row followed by a max
+// over the whole row (the mean's exchange runs four times a row), at each width, against the reference.
+TEST(GpuBackend, ReductionExchangesMatchTheReferenceAtEveryRowWidth) {
+  KILN_REQUIRE_CUDA_BACKEND();
+  Graph ln;
+  const ValueId x = *ln.add_input("x", {DType::bf16, {64, 3072}}, Binding::per_call);
+  const ValueId scale = *ln.add_input("scale", {DType::bf16, {1, 3072}}, Binding::per_call);
+  const ValueId shift = *ln.add_input("shift", {DType::bf16, {1, 3072}}, Binding::per_call);
+  const ValueId n = (*ln.add_node(Op::layernorm, {x}, {}, {"n"}))[0];
+  const ValueId y = (*ln.add_node(Op::add, {(*ln.add_node(Op::mul, {n, scale}, {}, {"m"}))[0], shift}, {}, {"y"}))[0];
+  ASSERT_TRUE(ln.add_output("y", y).ok());
+  ASSERT_TRUE(ln.add_output("amax", (*ln.add_node(Op::reduce_amax, {y}, {{"axes", std::vector<int64_t>{-1}}, {"keepdims", int64_t{1}}}, {"amax"}))[0]).ok());
+  auto optimized = passes::run_pipeline(ln, testing::pipeline_for(gpu));
+  ASSERT_TRUE(optimized.ok()) << optimized.error().message;
+  const Graph looped = testing::mean_per_part_then_max_graph();
+  struct Case {
+    const Graph* planned;
+    const Graph* oracle;
+  };
+  int checked = 0;
+  for (const Case& c : {Case{&optimized->graph, &ln}, Case{&looped, &looped}}) {
+    for (const passes::FusedGroup& fg : passes::collect_fused_groups(*c.planned)) {
+      auto k = kernel::lower_nodes(*c.planned, fg.members, "g");
+      if (!k.ok() || kernel::reduction_exchanges(*k) == 0) continue;
+      for (int tpr : {64, 128, 256}) {
+        kernel::Schedule s{1, 1, tpr, 1, true, 1};
+        for (int vec : {8, 4, 2, 1}) {
+          s.vector_width = vec;
+          if (kernel::can_implement(*k, s, kernel::Target::cuda).ok()) break;
+        }
+        ASSERT_TRUE(kernel::can_implement(*k, s, kernel::Target::cuda).ok()) << kernel::kernel_to_text(*k);
+        backend::PlanOptions options;
+        options.schedules[kernel::kernel_hash(*k)] = s;
+        EXPECT_EQ(testing::check_plan_on(*gpu, *c.planned, *c.oracle, false, testing::row_length(*c.oracle), options), "")
+            << kernel::schedule_to_string(s) << "\n" << kernel::kernel_to_text(*k);
+        ++checked;
+      }
+    }
+  }
+  EXPECT_EQ(checked, 6);
 }
 
 // Where a failing plan first departs from the reference: every step's value stored and compared (normal
