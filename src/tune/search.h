@@ -25,7 +25,7 @@ std::vector<kernel::Schedule> untried_neighbours(const std::vector<kernel::Sched
                                                  const kernel::Schedule& center,
                                                  const std::vector<kernel::Schedule>& tried);
 
-// How many fields two schedules differ in.
+// How many fields two schedules differ in (all but gathers).
 int schedule_distance(const kernel::Schedule& a, const kernel::Schedule& b);
 
 }  // namespace kiln::tune
