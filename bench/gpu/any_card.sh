@@ -2,7 +2,8 @@
 # One device call that uses whichever card comes (a call naming nvidia-h200 without needs_h200 may get an H100):
 # on an H200, issue 7's run (bench/gpu/run.sh with KILN_TUNE_CANDIDATES=0: tests, benchmarks, ratios); on any
 # other card, the GPU tests and the held schedule search of the FP8 block's kernels (kiln-gpu-bench
-# --tune-plan), whose per-kernel winners say what the next kernel change should be. Binaries come prebuilt
+# --tune-plan), whose per-kernel winners say what the next kernel change should be (and, where the space has
+# one, each winner against its prefetch_blocks twin, timed again side by side). Binaries come prebuilt
 # (bench/gpu/carry_libs.sh; carry build/release's kiln, kiln-gpu-bench, kiln-gpu-worker, kiln-worker and
 # tests/kiln_cuda_tests, .gpulib and .peer).
 #   bench/gpu/any_card.sh OUT_DIR BUILD_DIR [SECONDS]      (SECONDS: the whole call's budget, default 480)
@@ -28,7 +29,7 @@ export LD_LIBRARY_PATH="/usr/local/cuda/lib64:$root/.gpulib${LD_LIBRARY_PATH:+:$
 left=$((budget - SECONDS - 10))
 if [ "$left" -gt 60 ]; then
   timeout "$left" "$build/kiln-gpu-bench" --out "$out/tune.json" --quick \
-    --tune-plan flux1-double-block:dtype=fp8,fp8_scaling=tensor --max-candidates 24 > "$out/tune.log" 2>&1
-  grep -E "^kernel|^plan" "$out/tune.log" | cut -c1-400
+    --tune-plan flux1-double-block:dtype=fp8,fp8_scaling=tensor --max-candidates 20 > "$out/tune.log" 2>&1
+  grep -E "^kernel|^plan" "$out/tune.log" | cut -c1-520
 fi
 exit $status
