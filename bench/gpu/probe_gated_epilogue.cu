@@ -17,14 +17,8 @@
 #include <random>
 #include <vector>
 
-#define CHECK_CUDA(x)                                                                   \
-  do {                                                                                  \
-    cudaError_t e = (x);                                                                \
-    if (e != cudaSuccess) {                                                             \
-      std::printf("%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e));     \
-      std::exit(1);                                                                     \
-    }                                                                                   \
-  } while (0)
+#include "probe_check.h"
+
 #define CHECK_LT(x)                                                                     \
   do {                                                                                  \
     cublasStatus_t s = (x);                                                             \
