@@ -1221,7 +1221,6 @@ class KernelWriter {
     }
   }
 
-  // The innermost axis with a loop, among axes [from, to): the one a target may spread.
   // The kiln_red slot of stage i's reduction exchange: the row reductions before it that exchange too.
   int exchange_slot(int i) const {
     int slot = 0;
@@ -1229,6 +1228,7 @@ class KernelWriter {
     return slot;
   }
 
+  // The innermost axis with a loop, among axes [from, to): the one a target may spread.
   int innermost(const Stage& s, size_t from, size_t to) const {
     for (size_t a = to; a-- > from;) {
       if (s.space_vars[a] >= 0) return static_cast<int>(a);

@@ -80,7 +80,7 @@ bool general_reduction(const Stage& stage);
 // CUDA: how many of the kernel's row reductions exchange partial results through shared memory when a row
 // spans several warps (the reductions that are not general ones). Each has its own slot of a word per warp
 // (emit.cpp's kiln_red), so one barrier orders its writes before its reads and no second one is needed before
-// the next reduction writes.
+// the next reduction writes (one inside a loop writes its slot again and keeps a second).
 int reduction_exchanges(const Kernel& kernel);
 
 // CUDA: where each stage's row-local buffer lives under `schedule`. `registers` holds a stage's elements in
