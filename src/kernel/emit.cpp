@@ -1221,13 +1221,6 @@ class KernelWriter {
     }
   }
 
-  // The kiln_red slot of stage i's reduction exchange: the row reductions before it that exchange too.
-  int exchange_slot(int i) const {
-    int slot = 0;
-    for (int j = 0; j < i; ++j) slot += k_.stages[j].reduce && !general_reduction(k_.stages[j]) ? 1 : 0;
-    return slot;
-  }
-
   // The innermost axis with a loop, among axes [from, to): the one a target may spread.
   int innermost(const Stage& s, size_t from, size_t to) const {
     for (size_t a = to; a-- > from;) {
@@ -1680,7 +1673,10 @@ class KernelWriter {
       }
       close_all(kept_loops);
       if (inner < 0 && spread_threads) code_ += indent_ + "}\n";
-      if (spread_threads) code_ += indent_ + d_.reduce_exchange(acc, nan, s.reduce_kind, c_.s, exchange_slot(i), kept_loops > 0);
+      if (spread_threads) {
+        const int slot = reduction_exchanges(k_, static_cast<size_t>(i));  // the exchanging reductions before it
+        code_ += indent_ + d_.reduce_exchange(acc, nan, s.reduce_kind, c_.s, slot, kept_loops > 0);
+      }
       write_reduced_value(i, finalize(s, acc, flag ? nan : ""));
       const int moment = c_.moment_with[static_cast<size_t>(i)];  // taken in this pass (write_lane_reduction)
       if (moment >= 0) write_reduced_value(moment, finalize(k_.stages[static_cast<size_t>(moment)], "acc" + std::to_string(moment), ""));

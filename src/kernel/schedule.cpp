@@ -103,9 +103,11 @@ bool general_reduction(const Stage& stage) {
   return false;
 }
 
-int reduction_exchanges(const Kernel& k) {
+int reduction_exchanges(const Kernel& k, size_t before) {
   int n = 0;
-  for (const Stage& st : k.stages) n += st.reduce && !general_reduction(st) ? 1 : 0;
+  for (size_t i = 0; i < std::min(before, k.stages.size()); ++i) {
+    n += k.stages[i].reduce && !general_reduction(k.stages[i]) ? 1 : 0;
+  }
   return n;
 }
 

@@ -34,6 +34,7 @@
 //                    loads at half occupancy.)
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -80,8 +81,9 @@ bool general_reduction(const Stage& stage);
 // CUDA: how many of the kernel's row reductions exchange partial results through shared memory when a row
 // spans several warps (the reductions that are not general ones). Each has its own slot of a word per warp
 // (emit.cpp's kiln_red), so one barrier orders its writes before its reads and no second one is needed before
-// the next reduction writes (one inside a loop writes its slot again and keeps a second).
-int reduction_exchanges(const Kernel& kernel);
+// the next reduction writes (one inside a loop writes its slot again and keeps a second). Counted among the
+// stages before `before` (default: all): a stage's slot is the count before it.
+int reduction_exchanges(const Kernel& kernel, size_t before = SIZE_MAX);
 
 // CUDA: where each stage's row-local buffer lives under `schedule`. `registers` holds a stage's elements in
 // an array per thread, indexed by the vector step and the element within it, both fixed once the step loops
