@@ -115,4 +115,12 @@ bool Tensor::bitwise_equal(const Tensor& other) const {
   return dtype_ == other.dtype_ && shape_ == other.shape_ && bytes_ == other.bytes_;
 }
 
+Tensor Tensor::with_shape(Shape shape) const {
+  KILN_CHECK(shape_numel(shape) == numel_, "%s has %lld elements, not %lld", shape_to_string(shape).c_str(),
+             static_cast<long long>(shape_numel(shape)), static_cast<long long>(numel_));
+  Tensor out = *this;
+  out.shape_ = std::move(shape);
+  return out;
+}
+
 }  // namespace kiln

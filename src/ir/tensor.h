@@ -47,6 +47,8 @@ class Tensor {
 
   // Same dtype, shape and bytes.
   bool bitwise_equal(const Tensor& other) const;
+  // The same dtype and bytes under `shape`, which must hold as many elements (an empty tensor included).
+  Tensor with_shape(Shape shape) const;
 
  private:
   DType dtype_ = DType::f32;

@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <limits>
 
 #include "ir/ops/op_util.h"
@@ -99,12 +98,10 @@ Result<Sym> reshape_to(Importer& im, const Sym& x, const Shape& shape) {
   KILN_ASSIGN_OR_RETURN(TensorType t, im.type_of(x));
   if (t.shape == shape) return x;
   if (x.is_constant()) {  // a constant keeps its data; only the shape changes
-    Tensor copy(t.dtype, shape);
-    if (copy.numel() != x.tensor->numel()) {
+    if (shape_numel(shape) != x.tensor->numel()) {
       return make_error(ErrorCode::shape_error, "cannot reshape " + type_to_string(t) + " to " + shape_to_string(shape));
     }
-    std::memcpy(copy.data(), x.tensor->data(), copy.byte_size());
-    return Sym::constant(std::move(copy), x.name);
+    return Sym::constant(x.tensor->with_shape(shape), x.name);
   }
   return im.emit1(Op::reshape, {x}, {{"shape", shape}});
 }

@@ -8,7 +8,6 @@
 #include <fmt/format.h>
 
 #include <cmath>
-#include <cstring>
 
 #include "ir/ops/op_util.h"
 #include "onnx/importer.h"
@@ -144,9 +143,7 @@ class Matcher {
     const Tensor* t = im_.weight_data(v);
     if (!t || t->numel() != d || !dtype_is_float(t->dtype())) return std::nullopt;
     if (t->shape() == Shape{d}) return v;
-    Tensor flat(t->dtype(), {d});
-    std::memcpy(flat.data(), t->data(), flat.byte_size());
-    auto m = im_.materialize(Sym::constant(std::move(flat), g_.value(v).name));
+    auto m = im_.materialize(Sym::constant(t->with_shape({d}), g_.value(v).name));
     if (!m.ok()) return std::nullopt;
     return *m;
   }

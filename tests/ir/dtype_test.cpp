@@ -684,5 +684,21 @@ TEST(Dtype, SetIntSaturatesAndRoundsOnce) {
   EXPECT_EQ(h.get_int(0), kI64Max);
 }
 
+// with_shape keeps dtype and bytes under another shape of as many elements; an empty tensor (no bytes at all)
+// reshapes too (the ONNX importer's reshape of an empty constant hit memcpy with a null source, fuzz_onnx).
+TEST(Tensor, WithShapeKeepsTheBytes) {
+  Tensor t(DType::bf16, {2, 3});
+  for (int64_t i = 0; i < 6; ++i) t.set(i, static_cast<double>(i) - 2.5);
+  const Tensor r = t.with_shape({3, 2});
+  EXPECT_EQ(r.shape(), (Shape{3, 2}));
+  EXPECT_EQ(r.dtype(), DType::bf16);
+  for (int64_t i = 0; i < 6; ++i) EXPECT_EQ(r.get(i), t.get(i));
+  const Tensor empty(DType::f32, {0, 4});
+  const Tensor flat = empty.with_shape({0});
+  EXPECT_EQ(flat.numel(), 0);
+  EXPECT_EQ(flat.shape(), (Shape{0}));
+  EXPECT_DEATH(t.with_shape({4}), "has 4 elements, not 6");
+}
+
 }  // namespace
 }  // namespace kiln
