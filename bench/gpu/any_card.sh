@@ -6,11 +6,15 @@
 # one, each winner against its prefetch_blocks twin, timed again side by side). Binaries come prebuilt
 # (bench/gpu/carry_libs.sh; carry build/release's kiln, kiln-gpu-bench, kiln-gpu-worker, kiln-worker and
 # tests/kiln_cuda_tests, .gpulib and .peer).
-#   bench/gpu/any_card.sh OUT_DIR BUILD_DIR [SECONDS]      (SECONDS: the whole call's budget, default 480)
+#   bench/gpu/any_card.sh OUT_DIR BUILD_DIR [SECONDS] [BEFORE_BUILD]
+# SECONDS: the whole call's budget, default 480. BEFORE_BUILD (a folder with an older kiln-gpu-bench): on a card
+# other than the H200, after the tests, the FP8 and bf16 double blocks' plans from both builds one after the
+# other (before, after, before again: the card's drift shows), ahead of the schedule search.
 set -uo pipefail
 out="${1:?usage: bench/gpu/any_card.sh OUT_DIR BUILD_DIR [SECONDS]}"
 build="${2:?usage: bench/gpu/any_card.sh OUT_DIR BUILD_DIR [SECONDS]}"
 budget="${3:-480}"
+before="${4:-}"
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 mkdir -p "$out"
 card="$(nvidia-smi --query-gpu=name --format=csv,noheader 2> /dev/null | head -1)"
@@ -26,6 +30,19 @@ bash "$root/bench/gpu/run.sh" "$out" --prebuilt "$build" --no-bench > "$out/run.
 status=$?
 grep -E "^\[  (PASSED|FAILED|SKIPPED) |Failure|lacks" "$out/run.log" | head -20
 export LD_LIBRARY_PATH="/usr/local/cuda/lib64:$root/.gpulib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+if [ -n "$before" ]; then
+  for spec in flux1-double-block:dtype=fp8,fp8_scaling=tensor flux1-double-block; do
+    name="$(echo "$spec" | tr ':=,' '___')"
+    for pass in before after before2; do
+      bin="$build/kiln-gpu-bench"
+      [ "$pass" = after ] || bin="$before/kiln-gpu-bench"
+      timeout 120 "$bin" --out "$out/ab_${name}_$pass.json" --quick --fused-only --plan "$spec" > "$out/ab_${name}_$pass.log" 2>&1
+      echo "== $spec ($pass)"
+      grep -E "^plan|memory-bound group" "$out/ab_${name}_$pass.log" |
+        sed -E 's/\(([0-9]+) nodes, first node [^ ]* +/(\1) /; s/^plan .* fused +/plan /' | cut -c1-130 | head -12
+    done
+  done
+fi
 left=$((budget - SECONDS - 10))
 if [ "$left" -gt 60 ]; then
   timeout "$left" "$build/kiln-gpu-bench" --out "$out/tune.json" --quick \

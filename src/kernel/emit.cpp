@@ -65,8 +65,12 @@ class Dialect {
   // A transcendental unary op applied to `a` (exp, tanh, sigmoid, silu, gelu), or "" for the libm form.
   // `coarse`: the value only reaches bf16/fp8 outputs (coarse_outputs_only), so 2^-14 relative error will do.
   virtual std::string math_call(Op op, bool gelu_tanh, bool coarse, const std::string& a) const = 0;
-  // Definitions of kiln_bf16_bits and kiln_round_bf16 (float -> bf16 bits / bf16-rounded float).
-  virtual std::string bf16_rounding() const = 0;
+  // Definitions of kiln_maxnan and kiln_minnan (max/min, NaN if either is NaN), kiln_bf16_bits and
+  // kiln_round_bf16 (float -> bf16 bits / bf16-rounded float) and, where bf16_arithmetic(), kiln_bf16_add, _sub
+  // and _mul (two bf16-valued floats -> their sum, difference or product rounded to bf16).
+  virtual std::string arithmetic_helpers() const = 0;
+  // Whether a bf16 rounding of the sum, difference or product of two bf16 values is one bf16 instruction.
+  virtual bool bf16_arithmetic() const { return false; }
   // After the shared helpers: a dialect's own kiln_f8e4m3_bits (float -> e4m3 bits), or "" for the shared one.
   virtual std::string fp8_conversion() const { return ""; }
   // Code that starts loading a later row's inputs, in a kernel with several passes over a row. With `blocks` 0:
@@ -88,8 +92,6 @@ const char* storage_type(DType d) {
 
 // Helpers both dialects share (head, the dialect's bf16 rounding, tail).
 const char* kCommonHelpersHead = R"(KILN_FN int64_t kiln_clamp(int64_t i, int64_t hi) { return i < 0 ? 0 : (i > hi ? hi : i); }
-KILN_FN float kiln_maxnan(float a, float b) { return (a != a || b != b) ? KILN_NAN : fmaxf(a, b); }
-KILN_FN float kiln_minnan(float a, float b) { return (a != a || b != b) ? KILN_NAN : fminf(a, b); }
 // Conversions are branch-free (selects, integer adds) so that loops over them vectorize; each gives the same
 // bits as the scalar round-to-nearest-even definition, NaNs quieted.
 KILN_FN float kiln_bf16_to_f32(uint16_t b) { return kiln_as_float((uint32_t)b << 16); }
@@ -103,7 +105,7 @@ KILN_FN uint32_t kiln_bf16_rne_high(uint32_t u) {
 )";
 
 // The bf16 rounding helpers, between the two parts of the shared helpers; CUDA's (the CPU dialect has its own,
-// Dialect::bf16_rounding). One hardware conversion (sm_80+, round to nearest even) instead of the seven integer
+// Dialect::arithmetic_helpers). One hardware conversion (sm_80+, round to nearest even) instead of the seven integer
 // operations of kiln_bf16_rne_high. On the H200, ncu read the FLUX LN kernels at 16% of DRAM bandwidth and 13
 // cycles per issued instruction: they are bound by instruction issue, and a modulated LN rounds four times per
 // element. A NaN becomes the canonical bf16 NaN rather than the quieted input; every other value gets the same
@@ -114,6 +116,40 @@ const char* kBf16RoundingCuda = R"(KILN_FN uint16_t kiln_bf16_bits(float f) {
   return h;
 }
 KILN_FN float kiln_round_bf16(float f) { return kiln_as_float((uint32_t)kiln_bf16_bits(f) << 16); }
+)";
+
+// NaN-propagating max/min: compares and a select, where the hardware has no such instruction (the CPU dialect).
+const char* kMinMaxPortable = R"(KILN_FN float kiln_maxnan(float a, float b) { return (a != a || b != b) ? KILN_NAN : fmaxf(a, b); }
+KILN_FN float kiln_minnan(float a, float b) { return (a != a || b != b) ? KILN_NAN : fminf(a, b); }
+)";
+
+// CUDA's NaN-propagating max/min (sm_80+ max.NaN / min.NaN: one instruction, |x| folded into its operand, in
+// place of two compares, a max and a select; a NaN comes out as the canonical NaN) and bf16 arithmetic. The
+// sum, difference or product of two bf16 values computed in f32 and rounded to bf16 has the bits of the exact
+// result rounded once to bf16 (double rounding through 24 bits is innocuous for 8: 24 >= 2 * 8 + 2, subnormals
+// included, since both formats share bf16's exponent range), and that is what fma.rn.bf16 (sm_80+) computes:
+// a + b = fma(a, 1, b), a - b = fma(b, -1, a), a * b = fma(a, b, -0). One instruction in place of the f32
+// operation, a conversion (F2F, a quarter-rate pipe) and a shift back; the operands' shifts from their bf16
+// bits fold away, so a chain of them (a modulated layernorm's (1 + scale), product and shift) stays in bf16.
+const char* kArithmeticCuda = R"(KILN_FN float kiln_maxnan(float a, float b) {
+  float d;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+  return d;
+}
+KILN_FN float kiln_minnan(float a, float b) {
+  float d;
+  asm("min.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+  return d;
+}
+KILN_FN uint16_t kiln_bf16_hi(float f) { return (uint16_t)(kiln_as_uint(f) >> 16); }
+KILN_FN float kiln_bf16_fma(uint16_t a, uint16_t b, uint16_t c) {
+  uint16_t d;
+  asm("fma.rn.bf16 %0, %1, %2, %3;" : "=h"(d) : "h"(a), "h"(b), "h"(c));
+  return kiln_as_float((uint32_t)d << 16);
+}
+KILN_FN float kiln_bf16_add(float a, float b) { return kiln_bf16_fma(kiln_bf16_hi(a), 0x3f80, kiln_bf16_hi(b)); }
+KILN_FN float kiln_bf16_sub(float a, float b) { return kiln_bf16_fma(kiln_bf16_hi(b), 0xbf80, kiln_bf16_hi(a)); }
+KILN_FN float kiln_bf16_mul(float a, float b) { return kiln_bf16_fma(kiln_bf16_hi(a), kiln_bf16_hi(b), 0x8000); }
 )";
 
 // CUDA's kiln_f8e4m3_bits: one hardware conversion (sm_89+, round to nearest even, saturating) instead of the
@@ -493,8 +529,9 @@ class CpuDialect final : public Dialect {
   // AVX2 has no conversion: the integer rounding above on 8 lanes, the halves packed (every value fits 16 bits,
   // so the saturating pack is exact) and put back in order; GCC's own vectorization of the scalar loop took 40% of
   // a bf16 rmsnorm row from cache on an AVX2 EPYC (session 21).
-  std::string bf16_rounding() const override {
-    return "KILN_FN uint16_t kiln_bf16_bits(float f) {\n"
+  std::string arithmetic_helpers() const override {
+    return std::string(kMinMaxPortable) +
+           "KILN_FN uint16_t kiln_bf16_bits(float f) {\n"
            "  const uint32_t u = kiln_as_uint(f);\n"
            "  return (uint16_t)(f != f ? (u >> 16) | 0x40u : (u + 0x7fffu + ((u >> 16) & 1u)) >> 16);\n"
            "}\n"
@@ -700,7 +737,8 @@ class CudaDialect final : public Dialect {
       default: return "";
     }
   }
-  std::string bf16_rounding() const override { return kBf16RoundingCuda; }
+  std::string arithmetic_helpers() const override { return std::string(kBf16RoundingCuda) + kArithmeticCuda; }
+  bool bf16_arithmetic() const override { return true; }
   std::string fp8_conversion() const override { return kFp8ConversionCuda; }
   std::string next_row_prefetch(const KernelContext&, int64_t, const std::string&) const override { return ""; }
 };
@@ -1020,7 +1058,7 @@ class KernelWriter {
       }
       case ExprKind::round: {
         const Expr& inner = k_.exprs[e.operands[0]];
-        if (keep_products_ && id != root_ && e.dtype == DType::bf16 && inner.kind == ExprKind::binary && inner.op == Op::mul) {
+        if (elides(id)) {
           const std::string name = emit(e.operands[0]);
           memo_[id] = name;
           elided_.insert(id);
@@ -1030,6 +1068,11 @@ class KernelWriter {
           const std::string a = emit(inner.operands[0]), b = emit(inner.operands[1]);
           const char* sym = inner.op == Op::add ? "+" : inner.op == Op::sub ? "-" : "/";
           v = fmt::format("kiln_round_{}_d((double){} {} (double){})", dtype_name(e.dtype), a, sym, b);
+          break;
+        }
+        if (bf16_instruction(e)) {
+          const std::string a = emit(inner.operands[0]), b = emit(inner.operands[1]);
+          v = fmt::format("kiln_bf16_{}({}, {})", inner.op == Op::add ? "add" : inner.op == Op::sub ? "sub" : "mul", a, b);
           break;
         }
         v = fmt::format("kiln_round_{}({})", dtype_name(e.dtype), operand(0));
@@ -1141,6 +1184,23 @@ class KernelWriter {
            !(e.dtype == DType::bf16 && half_valued(inner.operands[0], e.dtype) && half_valued(inner.operands[1], e.dtype));
   }
 
+  // Whether the rounding `id` is skipped (keep_products_): a bf16 product's inside the value being written.
+  bool elides(int id) const {
+    const Expr& e = k_.exprs[static_cast<size_t>(id)];
+    if (!keep_products_ || id == root_ || e.kind != ExprKind::round || e.dtype != DType::bf16) return false;
+    const Expr& inner = k_.exprs[e.operands[0]];
+    return inner.kind == ExprKind::binary && inner.op == Op::mul;
+  }
+
+  // Whether rounding `e` is one bf16 instruction (Dialect::bf16_arithmetic): the sum, difference or product of
+  // two bf16 values rounded to bf16.
+  bool bf16_instruction(const Expr& e) const {
+    if (!d_.bf16_arithmetic() || e.kind != ExprKind::round || e.dtype != DType::bf16) return false;
+    const Expr& inner = k_.exprs[e.operands[0]];
+    return inner.kind == ExprKind::binary && (inner.op == Op::add || inner.op == Op::sub || inner.op == Op::mul) &&
+           half_valued(inner.operands[0], DType::bf16, true) && half_valued(inner.operands[1], DType::bf16, true);
+  }
+
   // Whether expression `id` always holds a value representable in `dtype` (a load of such an input, a
   // rounding to it, a constant of it, a stage of it, or a choice between such values). `as_emitted`: as the
   // code written so far computes it, where a skipped product rounding (keep_products_) is not one.
@@ -1148,7 +1208,7 @@ class KernelWriter {
     const Expr& e = k_.exprs[id];
     switch (e.kind) {
       case ExprKind::load: return k_.inputs[e.param].type.dtype == dtype;
-      case ExprKind::round: return e.dtype == dtype && !(as_emitted && elided_.count(id));
+      case ExprKind::round: return e.dtype == dtype && !(as_emitted && (elided_.count(id) || elides(id)));
       case ExprKind::constant: return dtype == DType::bf16 && round_to_dtype(e.value, dtype) == e.value;
       case ExprKind::read_stage: {
         const Stage& st = k_.stages[e.stage];
@@ -1261,13 +1321,15 @@ class KernelWriter {
     if (!open_gathered_blocks(s, inner)) {
       for (size_t a = 0; a < s.space.size(); ++a) open(s, a, static_cast<int>(a) == inner);
     }
-    // A stored bf16 value that is already bf16 is its high half: one rounding per element instead of two.
-    const bool cpu = d_.target() == Target::cpu;
+    // A stored bf16 value that is already bf16 is its high half: one rounding per element instead of two (on
+    // CUDA, where the rounding is a bf16 instruction's; an F2F rounding is stored by another F2F).
     const std::string value = emit(root_);
     gathered_.clear();
     keep_products_ = false;
-    const bool bf16_bits_exact =
-        cpu && !store_unrounded && s.type.dtype == DType::bf16 && half_valued(s.expr, DType::bf16, true);
+    const bool bf16_bits_exact = !store_unrounded && s.type.dtype == DType::bf16 &&
+                                 half_valued(s.expr, DType::bf16, true) &&
+                                 (d_.target() == Target::cpu || bf16_instruction(k_.exprs[s.expr]));
+    const std::string high_half = "(uint16_t)(kiln_as_uint(" + value + ") >> 16)";
     const std::string target = idx(s.target);
     if (c_.place[i] == RowBuffer::registers) {
       code_ += indent_ + fmt::format("s{}_r[kiln_it][kiln_vj] = {};\n", i, value);
@@ -1278,7 +1340,8 @@ class KernelWriter {
         contiguous_in(s.target, vec_.var, c_.s.vector_width)) {
       const std::string arr = "kiln_vout" + std::to_string(vec_.arrays++);
       vec_.pre += fmt::format("alignas(16) {} {}[{}];\n", storage_type(s.type.dtype), arr, c_.s.vector_width);
-      code_ += indent_ + convert_to_storage(s.type.dtype, arr + "[kiln_vj]", value);
+      code_ += indent_ + (bf16_bits_exact ? arr + "[kiln_vj] = " + high_half + ";\n"
+                                          : convert_to_storage(s.type.dtype, arr + "[kiln_vj]", value));
       vec_.post += d_.store_guard_open() +
                    vector_copy(fmt::format("out{} + r * {} + {}", s.output, s.local_size, idx_at_vector_base(s.target)), arr,
                                s.type.dtype) +
@@ -1286,8 +1349,9 @@ class KernelWriter {
     } else if (!row_store.empty()) {
       code_ += indent_ + fmt::format("kiln_ob{}[{}] = {};\n", i, var_name(s.space_vars[static_cast<size_t>(inner)]), value);
     } else if (s.output >= 0 && bf16_bits_exact) {
-      code_ += indent_ + fmt::format("out{}[r * {} + {}] = (uint16_t)(kiln_as_uint({}) >> 16);\n", s.output, s.local_size,
-                                     target, value);
+      code_ += indent_ + d_.store_guard_open() + indent_ +
+               fmt::format("out{}[r * {} + {}] = {};\n", s.output, s.local_size, target, high_half) + indent_ +
+               d_.store_guard_close();
     } else if (s.output >= 0) {
       code_ += indent_ + d_.store_guard_open() + indent_ + store(s, target, value) + indent_ + d_.store_guard_close();
     }
@@ -1354,10 +1418,11 @@ class KernelWriter {
   bool set_stored_root(int i) {
     const Stage& s = k_.stages[static_cast<size_t>(i)];
     const Expr& root = k_.exprs[s.expr];
+    keep_products_ = c_.coarse_outputs_only[i];
+    root_ = s.expr;  // for elides(), under bf16_instruction(root)
     const bool store_unrounded = s.output >= 0 && !c_.buffered[i] && root.kind == ExprKind::round &&
                                  root.dtype == s.type.dtype && dtype_is_float(root.dtype) &&
-                                 root.dtype != DType::f32 && !rounds_in_double(root);
-    keep_products_ = c_.coarse_outputs_only[i];
+                                 root.dtype != DType::f32 && !rounds_in_double(root) && !bf16_instruction(root);
     root_ = store_unrounded ? root.operands[0] : s.expr;
     return store_unrounded;
   }
@@ -1862,7 +1927,7 @@ Result<EmittedModule> emit_module(const std::vector<KernelToEmit>& kernels, Targ
     module.kernels.push_back(ek);
   }
   module.source = "// Generated by kiln (kernel/emit.cpp), dialect " + std::string(target_name(target)) + ".\n" +
-                  dialect->prelude() + kCommonHelpersHead + dialect->bf16_rounding() + kCommonHelpersTail +
+                  dialect->prelude() + kCommonHelpersHead + dialect->arithmetic_helpers() + kCommonHelpersTail +
                   dialect->fp8_conversion();
   for (DType d : tables) module.source += decode_table(d);
   for (size_t t = 0; t < value_tables.size(); ++t) module.source += value_table(static_cast<int>(t), value_tables[t]);

@@ -184,6 +184,11 @@ TEST(BackendOps, EveryOpOnCpuMatchesTheReferenceFP8AndSources) { EXPECT_GT(check
 // every overflow until session 20).
 TEST(BackendOps, Fp8CastOnCpuMatchesTheReferenceBitForBit) { EXPECT_EQ(testing::fp8_cast_bit_mismatches(testing::cpu_backend()), ""); }
 
+// bf16 sums, differences and products as the reference rounds them (f32, then bf16), bit for bit.
+TEST(BackendOps, Bf16ArithmeticOnCpuMatchesTheReferenceBitForBit) {
+  EXPECT_EQ(testing::bf16_arithmetic_bit_mismatches(testing::cpu_backend()), "");
+}
+
 // Bad input is an error naming what is wrong, never a crash.
 TEST(BackendOps, UnsupportedAndMistypedInputsAreErrors) {
   backend::Backend& b = testing::cpu_backend();

@@ -165,4 +165,61 @@ inline std::string fp8_cast_bit_mismatches(backend::Backend& on) {
   return wrong == 0 ? "" : fmt::format("{}{} of {} differ", message, wrong, n);
 }
 
+// The sum, difference and product of two bf16 tensors (bf16 outputs) on `on` against the reference, bit for bit
+// (any NaN matches any NaN): every bf16 pattern `a` against the edge values `b` (zeros, subnormals, the smallest
+// normal, ones, the largest finite, infinities, NaN), against -a and itself (exact cancellation and doubling)
+// and against pseudo-random patterns. Returns the first mismatches, or "" when every bit agrees. `source`, if
+// given, gets the generated source.
+inline std::string bf16_arithmetic_bit_mismatches(backend::Backend& on, std::string* source = nullptr) {
+  const uint16_t edges[] = {0x0000, 0x8000, 0x0001, 0x8001, 0x007f, 0x0080, 0x8080, 0x0100, 0x3f80, 0xbf80, 0x3f81,
+                            0x4000, 0x3400, 0x5f00, 0x7f7f, 0xff7f, 0x7f7e, 0x7f80, 0xff80, 0x7fc0};
+  std::vector<uint16_t> a_bits, b_bits;
+  uint64_t state = 987654321;
+  for (uint32_t x = 0; x < 65536; ++x) {
+    const auto a = static_cast<uint16_t>(x);
+    std::vector<uint16_t> partners(std::begin(edges), std::end(edges));
+    partners.push_back(static_cast<uint16_t>(a ^ 0x8000u));
+    partners.push_back(a);
+    for (int r = 0; r < 2; ++r) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      partners.push_back(static_cast<uint16_t>(state >> 48));
+    }
+    for (uint16_t b : partners) {
+      a_bits.push_back(a);
+      b_bits.push_back(b);
+    }
+  }
+  const int64_t n = static_cast<int64_t>(a_bits.size());
+  auto g = parse_graph_text(fmt::format(
+      "graph g {{\n  input %a: bf16[{0}] per_call\n  input %b: bf16[{0}] per_call\n  %s: bf16[{0}] = add(%a, %b)\n"
+      "  %d: bf16[{0}] = sub(%a, %b)\n  %p: bf16[{0}] = mul(%a, %b)\n  output s = %s\n  output d = %d\n"
+      "  output p = %p\n}}\n",
+      n));
+  if (!g.ok()) return "parse: " + g.error().message;
+  Tensor a(DType::bf16, {n}), b(DType::bf16, {n});
+  std::memcpy(a.data(), a_bits.data(), a_bits.size() * sizeof(uint16_t));
+  std::memcpy(b.data(), b_bits.data(), b_bits.size() * sizeof(uint16_t));
+  auto want = ref::run_graph(*g, {{"a", a}, {"b", b}});
+  if (!want.ok()) return "reference: " + want.error().message;
+  auto plan = backend::Plan::build(on, *g);
+  if (!plan.ok()) return "plan: " + plan.error().message;
+  if (source) *source = (*plan)->source();
+  auto got = (*plan)->run({{"a", a}, {"b", b}});
+  if (!got.ok()) return "run: " + got.error().message;
+  const auto is_nan = [](uint16_t h) { return (h & 0x7fffu) > 0x7f80u; };
+  int64_t wrong = 0;
+  std::string message;
+  for (const char* out : {"s", "d", "p"}) {
+    const auto* x = reinterpret_cast<const uint16_t*>(want->at(out).data());
+    const auto* y = reinterpret_cast<const uint16_t*>(got->at(out).data());
+    for (int64_t i = 0; i < n; ++i) {
+      if (x[i] == y[i] || (is_nan(x[i]) && is_nan(y[i]))) continue;
+      if (++wrong <= 5)
+        message += fmt::format("{}: a {:#06x}, b {:#06x}: reference {:#06x}, {} {:#06x}\n", out, a_bits[static_cast<size_t>(i)],
+                               b_bits[static_cast<size_t>(i)], x[i], on.device().kind, y[i]);
+    }
+  }
+  return wrong == 0 ? "" : fmt::format("{}{} of {} differ", message, wrong, 3 * n);
+}
+
 }  // namespace kiln::testing

@@ -216,6 +216,18 @@ TEST(GpuBackend, Fp8CastMatchesTheReferenceBitForBit) {
   EXPECT_EQ(testing::fp8_cast_bit_mismatches(*gpu), "");
 }
 
+// bf16 sums, differences and products of two bf16 values are one fma.rn.bf16 in generated CUDA (kArithmeticCuda
+// in kernel/emit.cpp) and give the reference's bits (f32 arithmetic, then one rounding to bf16): every bf16
+// pattern against zeros, subnormals, the normal edge, ones, the largest finite, infinities, NaN, its negation,
+// itself and random patterns.
+TEST(GpuBackend, Bf16ArithmeticMatchesTheReferenceBitForBit) {
+  KILN_REQUIRE_CUDA_BACKEND();
+  std::string source;
+  EXPECT_EQ(testing::bf16_arithmetic_bit_mismatches(*gpu, &source), "");
+  for (const char* helper : {"kiln_bf16_add(", "kiln_bf16_sub(", "kiln_bf16_mul("})
+    EXPECT_NE(source.find(helper, source.find("extern \"C\"")), std::string::npos) << helper << " is not used\n" << source;
+}
+
 // The CUDA dialect's coarse forms (kernel/emit.cpp, kCudaCoarseMath) swept against double precision, as the
 // plans run them: f32 x -> function -> bf16 output, one generated kernel whose stage only the bf16 store sees.
 // Every f32 with its low 13 bits zero (all signs and binades) and the values around the saturation and
