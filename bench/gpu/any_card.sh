@@ -36,7 +36,9 @@ if [ -n "$before" ]; then
     for pass in before after before2; do
       bin="$build/kiln-gpu-bench"
       [ "$pass" = after ] || bin="$before/kiln-gpu-bench"
-      timeout 120 "$bin" --out "$out/ab_${name}_$pass.json" --quick --fused-only --plan "$spec" > "$out/ab_${name}_$pass.log" 2>&1
+      left=$((budget - SECONDS - 30))
+      [ "$left" -gt 30 ] || { echo "== $spec ($pass): skipped, the call's $budget s are spent"; continue; }
+      timeout "$((left < 120 ? left : 120))" "$bin" --out "$out/ab_${name}_$pass.json" --quick --fused-only --plan "$spec" > "$out/ab_${name}_$pass.log" 2>&1
       echo "== $spec ($pass)"
       grep -E "^plan|memory-bound group" "$out/ab_${name}_$pass.log" |
         sed -E 's/\(([0-9]+) nodes, first node [^ ]* +/(\1) /; s/^plan .* fused +/plan /' | cut -c1-130 | head -12
