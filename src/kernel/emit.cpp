@@ -90,7 +90,7 @@ const char* storage_type(DType d) {
   }
 }
 
-// Helpers both dialects share (head, the dialect's bf16 rounding, tail).
+// Helpers both dialects share (head, then the dialect's arithmetic_helpers, then tail).
 const char* kCommonHelpersHead = R"(KILN_FN int64_t kiln_clamp(int64_t i, int64_t hi) { return i < 0 ? 0 : (i > hi ? hi : i); }
 // Conversions are branch-free (selects, integer adds) so that loops over them vectorize; each gives the same
 // bits as the scalar round-to-nearest-even definition, NaNs quieted.
@@ -131,6 +131,9 @@ KILN_FN float kiln_minnan(float a, float b) { return (a != a || b != b) ? KILN_N
 // a + b = fma(a, 1, b), a - b = fma(b, -1, a), a * b = fma(a, b, -0). One instruction in place of the f32
 // operation, a conversion (F2F, a quarter-rate pipe) and a shift back; the operands' shifts from their bf16
 // bits fold away, so a chain of them (a modulated layernorm's (1 + scale), product and shift) stays in bf16.
+// GpuBackend.Bf16ArithmeticMatchesTheReferenceBitForBit checks the bits on the GPU (every bf16 against zeros,
+// subnormals, infinities, NaN...; passed on an H100, session 32). The FP8 block's LN + modulate + amax kernel
+// went 1632 -> 1048 SASS instructions and 23.7 -> 19.5 us (H100, 93% of a same-size copy; docs/performance.md).
 const char* kArithmeticCuda = R"(KILN_FN float kiln_maxnan(float a, float b) {
   float d;
   asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
