@@ -124,6 +124,33 @@ inline int64_t row_length(const Graph& g) {
   return k;
 }
 
+// The next value of a 64-bit linear congruential sequence (Knuth's MMIX constants): the bit-for-bit checks'
+// pseudo-random patterns, the same on every run.
+inline uint64_t next_pattern(uint64_t& state) {
+  state = state * 6364136223846793005ull + 1442695040888963407ull;
+  return state;
+}
+
+// Graph `text` run by the reference and by a plan on `on`, on the same inputs: both outputs, the plan's
+// generated source and kernel count, or the error of the step that failed ("parse: ...", "plan: ...").
+struct ReferenceAndPlan {
+  std::map<std::string, Tensor> want, got;
+  std::string source;
+  int kernels = 0;
+};
+inline Result<ReferenceAndPlan> run_reference_and_plan(backend::Backend& on, const std::string& text,
+                                                       const std::map<std::string, Tensor>& inputs) {
+  auto g = parse_graph_text(text);
+  if (!g.ok()) return with_context(g.error(), "parse");
+  auto want = ref::run_graph(*g, inputs);
+  if (!want.ok()) return with_context(want.error(), "reference");
+  auto plan = backend::Plan::build(on, *g);
+  if (!plan.ok()) return with_context(plan.error(), "plan");
+  auto got = (*plan)->run(inputs);
+  if (!got.ok()) return with_context(got.error(), "run");
+  return ReferenceAndPlan{std::move(*want), std::move(*got), (*plan)->source(), (*plan)->summary().kernels};
+}
+
 // A cast of f32 to e4m3 on `on` against the reference, bit for bit: every f32 whose low 16 bits are zero,
 // the neighbours of e4m3's edges (448, the 464 tie, 480, the subnormal range) of either sign, and random bit
 // patterns. Returns "" when every byte matches, else the first mismatches and their count.
@@ -135,25 +162,18 @@ inline std::string fp8_cast_bit_mismatches(backend::Backend& on) {
       for (int step = -2; step <= 2; ++step)
         values.push_back(std::bit_cast<float>(std::bit_cast<uint32_t>(edge * sign) + static_cast<uint32_t>(step)));
   uint64_t state = 12345;
-  for (int i = 0; i < 65536; ++i) {
-    state = state * 6364136223846793005ull + 1442695040888963407ull;
-    values.push_back(std::bit_cast<float>(static_cast<uint32_t>(state >> 32)));
-  }
+  for (int i = 0; i < 65536; ++i) values.push_back(std::bit_cast<float>(static_cast<uint32_t>(next_pattern(state) >> 32)));
   const int64_t n = static_cast<int64_t>(values.size());
-  auto g = parse_graph_text("graph g {\n  input %x: f32[" + std::to_string(n) + "] per_call\n  %y: f8e4m3[" +
-                            std::to_string(n) + "] = cast(%x) {to=\"f8e4m3\"}\n  output y = %y\n}\n");
-  if (!g.ok()) return "parse: " + g.error().message;
   Tensor x(DType::f32, {n});
   std::memcpy(x.data(), values.data(), values.size() * sizeof(float));
-  auto want = ref::run_graph(*g, {{"x", x}});
-  if (!want.ok()) return "reference: " + want.error().message;
-  auto plan = backend::Plan::build(on, *g);
-  if (!plan.ok()) return "plan: " + plan.error().message;
-  if ((*plan)->summary().kernels != 1) return "the cast is not one generated kernel";
-  auto got = (*plan)->run({{"x", x}});
-  if (!got.ok()) return "run: " + got.error().message;
-  const auto* a = reinterpret_cast<const uint8_t*>(want->at("y").data());
-  const auto* b = reinterpret_cast<const uint8_t*>(got->at("y").data());
+  auto run = run_reference_and_plan(on,
+                                    "graph g {\n  input %x: f32[" + std::to_string(n) + "] per_call\n  %y: f8e4m3[" +
+                                        std::to_string(n) + "] = cast(%x) {to=\"f8e4m3\"}\n  output y = %y\n}\n",
+                                    {{"x", x}});
+  if (!run.ok()) return run.error().message;
+  if (run->kernels != 1) return "the cast is not one generated kernel";
+  const auto* a = reinterpret_cast<const uint8_t*>(run->want.at("y").data());
+  const auto* b = reinterpret_cast<const uint8_t*>(run->got.at("y").data());
   int64_t wrong = 0;
   std::string message;
   for (int64_t i = 0; i < n; ++i) {
@@ -175,43 +195,36 @@ inline std::string bf16_arithmetic_bit_mismatches(backend::Backend& on, std::str
                             0x4000, 0x3400, 0x5f00, 0x7f7f, 0xff7f, 0x7f7e, 0x7f80, 0xff80, 0x7fc0};
   std::vector<uint16_t> a_bits, b_bits;
   uint64_t state = 987654321;
+  const auto pair = [&](uint16_t a, uint16_t b) {
+    a_bits.push_back(a);
+    b_bits.push_back(b);
+  };
   for (uint32_t x = 0; x < 65536; ++x) {
     const auto a = static_cast<uint16_t>(x);
-    std::vector<uint16_t> partners(std::begin(edges), std::end(edges));
-    partners.push_back(static_cast<uint16_t>(a ^ 0x8000u));
-    partners.push_back(a);
-    for (int r = 0; r < 2; ++r) {
-      state = state * 6364136223846793005ull + 1442695040888963407ull;
-      partners.push_back(static_cast<uint16_t>(state >> 48));
-    }
-    for (uint16_t b : partners) {
-      a_bits.push_back(a);
-      b_bits.push_back(b);
-    }
+    for (uint16_t b : edges) pair(a, b);
+    pair(a, static_cast<uint16_t>(a ^ 0x8000u));
+    pair(a, a);
+    for (int r = 0; r < 2; ++r) pair(a, static_cast<uint16_t>(next_pattern(state) >> 48));
   }
   const int64_t n = static_cast<int64_t>(a_bits.size());
-  auto g = parse_graph_text(fmt::format(
-      "graph g {{\n  input %a: bf16[{0}] per_call\n  input %b: bf16[{0}] per_call\n  %s: bf16[{0}] = add(%a, %b)\n"
-      "  %d: bf16[{0}] = sub(%a, %b)\n  %p: bf16[{0}] = mul(%a, %b)\n  output s = %s\n  output d = %d\n"
-      "  output p = %p\n}}\n",
-      n));
-  if (!g.ok()) return "parse: " + g.error().message;
   Tensor a(DType::bf16, {n}), b(DType::bf16, {n});
   std::memcpy(a.data(), a_bits.data(), a_bits.size() * sizeof(uint16_t));
   std::memcpy(b.data(), b_bits.data(), b_bits.size() * sizeof(uint16_t));
-  auto want = ref::run_graph(*g, {{"a", a}, {"b", b}});
-  if (!want.ok()) return "reference: " + want.error().message;
-  auto plan = backend::Plan::build(on, *g);
-  if (!plan.ok()) return "plan: " + plan.error().message;
-  if (source) *source = (*plan)->source();
-  auto got = (*plan)->run({{"a", a}, {"b", b}});
-  if (!got.ok()) return "run: " + got.error().message;
+  auto run = run_reference_and_plan(
+      on,
+      fmt::format("graph g {{\n  input %a: bf16[{0}] per_call\n  input %b: bf16[{0}] per_call\n"
+                  "  %s: bf16[{0}] = add(%a, %b)\n  %d: bf16[{0}] = sub(%a, %b)\n  %p: bf16[{0}] = mul(%a, %b)\n"
+                  "  output s = %s\n  output d = %d\n  output p = %p\n}}\n",
+                  n),
+      {{"a", a}, {"b", b}});
+  if (!run.ok()) return run.error().message;
+  if (source) *source = run->source;
   const auto is_nan = [](uint16_t h) { return (h & 0x7fffu) > 0x7f80u; };
   int64_t wrong = 0;
   std::string message;
   for (const char* out : {"s", "d", "p"}) {
-    const auto* x = reinterpret_cast<const uint16_t*>(want->at(out).data());
-    const auto* y = reinterpret_cast<const uint16_t*>(got->at(out).data());
+    const auto* x = reinterpret_cast<const uint16_t*>(run->want.at(out).data());
+    const auto* y = reinterpret_cast<const uint16_t*>(run->got.at(out).data());
     for (int64_t i = 0; i < n; ++i) {
       if (x[i] == y[i] || (is_nan(x[i]) && is_nan(y[i]))) continue;
       if (++wrong <= 5)
