@@ -1,8 +1,7 @@
 /* The C ABI between kiln and a kernel candidate. A candidate is one C++ (or C) source file that includes this
  * header and defines kiln_kernel; the harness compiles it into a shared object and calls it only inside a
  * worker process (harness/worker.h). This file is handed to every candidate compile as-is, so it must stay
- * plain C: no kiln headers, no namespaces. Its text is also embedded in the harness (kernel_abi.cpp); a test
- * keeps the two equal. */
+ * plain C: no kiln headers, no namespaces. The build embeds its text in the harness (cmake/kernel_abi.cpp.in). */
 #ifndef KILN_KERNEL_ABI_H
 #define KILN_KERNEL_ABI_H
 
