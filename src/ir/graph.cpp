@@ -152,12 +152,34 @@ Status Graph::add_output(const std::string& output_name, ValueId value) {
   return ok_status();
 }
 
+namespace {
+
+// A node's input and output types, as its OpDef's functions take them.
+struct NodeTypes {
+  std::vector<TensorType> in, out;
+};
+
+NodeTypes node_types(const Graph& graph, const Node& n) {
+  NodeTypes t;
+  for (ValueId v : n.inputs) t.in.push_back(graph.value(v).type);
+  for (ValueId v : n.outputs) t.out.push_back(graph.value(v).type);
+  return t;
+}
+
+}  // namespace
+
 OpCost node_cost(const Graph& graph, NodeId id) {
   const Node& n = graph.node(id);
-  std::vector<TensorType> in, out;
-  for (ValueId v : n.inputs) in.push_back(graph.value(v).type);
-  for (ValueId v : n.outputs) out.push_back(graph.value(v).type);
-  return op_def(n.op).cost(OpCall{in, n.attrs}, out);
+  const NodeTypes t = node_types(graph, n);
+  return op_def(n.op).cost(OpCall{t.in, n.attrs}, t.out);
+}
+
+int node_independent_axes(const Graph& graph, NodeId id) {
+  const Node& n = graph.node(id);
+  const OpDef& def = op_def(n.op);
+  if (!def.independent_axes) return -1;
+  const NodeTypes t = node_types(graph, n);
+  return def.independent_axes(OpCall{t.in, n.attrs}, t.out);
 }
 
 GraphCost graph_cost(const Graph& graph) {

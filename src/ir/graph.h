@@ -99,6 +99,8 @@ struct GraphCost {
   double bytes = 0;
 };
 OpCost node_cost(const Graph& graph, NodeId id);
+// How many leading axes of node `id` are independent (OpDef::independent_axes); -1 for an op never fused.
+int node_independent_axes(const Graph& graph, NodeId id);
 GraphCost graph_cost(const Graph& graph);
 // Elements in all weight inputs.
 int64_t parameter_count(const Graph& graph);

@@ -10,16 +10,6 @@
 namespace kiln::passes {
 namespace {
 
-int independent_axes(const Graph& g, NodeId id) {
-  const Node& n = g.node(id);
-  const OpDef& def = op_def(n.op);
-  if (!def.independent_axes) return -1;
-  std::vector<TensorType> in, out;
-  for (ValueId v : n.inputs) in.push_back(g.value(v).type);
-  for (ValueId v : n.outputs) out.push_back(g.value(v).type);
-  return def.independent_axes(OpCall{in, n.attrs}, out);
-}
-
 class RowFuser {
  public:
   RowFuser(const Graph& g, const FuseOptions& options)
@@ -27,7 +17,7 @@ class RowFuser {
         consumers_(g.values().size()), binding_time_(classify_binding_times(g)) {
     for (const GraphOutput& o : g.outputs()) graph_outputs_.insert(o.value);
     for (NodeId id = 0; id < node_count(); ++id) {
-      axes_[id] = independent_axes(g, id);
+      axes_[id] = node_independent_axes(g, id);
       for (ValueId v : g.node(id).inputs) consumers_[v].push_back(id);
     }
   }

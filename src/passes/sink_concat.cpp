@@ -7,15 +7,6 @@
 namespace kiln::passes {
 namespace {
 
-int independent_axes_of(const Graph& g, const Node& n) {
-  const OpDef& def = op_def(n.op);
-  if (!def.independent_axes) return -1;
-  std::vector<TensorType> in, out;
-  for (ValueId v : n.inputs) in.push_back(g.value(v).type);
-  for (ValueId v : n.outputs) out.push_back(g.value(v).type);
-  return def.independent_axes(OpCall{in, n.attrs}, out);
-}
-
 // How the other inputs of a sunk node are cut for one piece: kept whole (broadcast along the axis) or sliced
 // along their own axis.
 struct InputCut {
@@ -41,7 +32,7 @@ bool can_sink(const Graph& g, NodeId id, size_t which, const std::vector<int>& r
   const auto rank = static_cast<int64_t>(cshape.size());
   const int64_t axis = concat.attrs.get_int("axis", 0) < 0 ? concat.attrs.get_int("axis", 0) + rank
                                                            : concat.attrs.get_int("axis", 0);
-  if (axis >= independent_axes_of(g, n) || out[axis] != cshape[axis]) return false;
+  if (axis >= node_independent_axes(g, id) || out[axis] != cshape[axis]) return false;
   cuts.assign(n.inputs.size(), {});
   for (size_t i = 0; i < n.inputs.size(); ++i) {
     if (i == which) continue;
