@@ -679,36 +679,9 @@ json bench_tuned_plan(const std::string& spec, double copy_bytes_per_second, int
       best_sum += best->median_seconds;
       bytes_sum += lowered->bytes;
     }
-    // The winner and its twin in the space with the other prefetch_blocks, timed again side by side: a direct
-    // A/B of the L2 prefetch of later blocks' rows on this kernel (the search may not have reached the twin).
-    std::string twin;
-    if (best) {
-      for (const kernel::Schedule& s : kernel::schedule_space(*lowered, kernel::Target::cuda, sms)) {
-        kernel::Schedule same = s;
-        same.prefetch_blocks = best->schedule.prefetch_blocks;
-        if (s.prefetch_blocks == best->schedule.prefetch_blocks || !(same == best->schedule)) continue;
-        const std::vector<kernel::Schedule> pair = {best->schedule, s};
-        auto ab = tune::measure_schedules_on_backend(gpu, *lowered, *task, pair, search_options.measure);
-        if (!ab.ok()) {
-          twin = "; prefetch A/B failed: " + ab.error().message.substr(0, 120);
-          break;
-        }
-        const tune::ScheduleMeasurement& on = (*ab)[s.prefetch_blocks ? 1 : 0];
-        const tune::ScheduleMeasurement& off = (*ab)[s.prefetch_blocks ? 0 : 1];
-        if (!on.passed || !off.passed) {
-          twin = "; prefetch A/B failed: " + (on.passed ? off.failure : on.failure).substr(0, 120);
-          break;
-        }
-        k["prefetch_ab_ms"] = {{"with", on.median_seconds * 1e3}, {"without", off.median_seconds * 1e3},
-                               {"prefetch_blocks", on.schedule.prefetch_blocks}};
-        twin = fmt::format("; again side by side: prefetch {:.4f} ms, none {:.4f} ms ({:.3f}x)", on.median_seconds * 1e3,
-                           off.median_seconds * 1e3, on.median_seconds / off.median_seconds);
-        break;
-      }
-    }
     // A candidate that failed its check is named with why (the first one), so a broken corner of the schedule
     // space shows in the log, not only as a pass count.
-    const std::string failed = twin + (best && !first_failure.empty() ? "; first failure " + first_failure.substr(0, 160) : "");
+    const std::string failed = best && !first_failure.empty() ? "; first failure " + first_failure.substr(0, 160) : "";
     std::printf("kernel %-40s %9.0f KB  %2d/%zu pass  default %.4f ms  best %.4f ms = %3.0f%% of copy  %s%s\n",
                 g.node_label(members[0]).substr(0, 40).c_str(), lowered->bytes / 1e3, passed, candidates.size(),
                 def.passed ? def.median_seconds * 1e3 : -1.0, best ? best->median_seconds * 1e3 : -1.0,

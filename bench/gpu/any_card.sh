@@ -2,8 +2,7 @@
 # One device call that uses whichever card comes (a call naming nvidia-h200 without needs_h200 may get an H100):
 # on an H200, issue 7's run (bench/gpu/run.sh with KILN_TUNE_CANDIDATES=0: tests, benchmarks, ratios); on any
 # other card, the GPU tests and the held schedule search of the FP8 block's kernels (kiln-gpu-bench
-# --tune-plan), whose per-kernel winners say what the next kernel change should be (and, where the space has
-# one, each winner against its prefetch_blocks twin, timed again side by side). Binaries come prebuilt
+# --tune-plan), whose per-kernel winners say what the next kernel change should be. Binaries come prebuilt
 # (bench/gpu/carry_libs.sh; carry build/release's kiln, kiln-gpu-bench, kiln-gpu-worker, kiln-worker and
 # tests/kiln_cuda_tests, .gpulib and .peer).
 #   bench/gpu/any_card.sh OUT_DIR BUILD_DIR [SECONDS] [BEFORE_BUILD]

@@ -634,7 +634,6 @@ class CudaDialect final : public Dialect {
     out += fmt::format("  const int kiln_lane = threadIdx.x;\n  const kiln_idx kiln_row = (kiln_idx)blockIdx.x * {} + threadIdx.y;\n"
                        "  const bool kiln_active = kiln_row < {};\n  const kiln_idx r = kiln_active ? kiln_row : {};\n",
                        by, c.k.rows, std::max<int64_t>(0, c.k.rows - 1));
-    if (c.s.prefetch_blocks > 0) out += later_rows_prefetch(c);
     bool any_buffer = false;
     for (size_t i = 0; i < c.k.stages.size(); ++i) {
       const Stage& st = c.k.stages[i];
@@ -668,24 +667,6 @@ class CudaDialect final : public Dialect {
     return out;
   }
   std::string kernel_end(const KernelContext&) const override { return "  }\n}\n"; }
-  // Schedule::prefetch_blocks: before its own loads, each row of the block asks L2 for the row that the block
-  // prefetch_blocks after it reads, a 128-byte line per thread at a time, of every input laid out by rows
-  // (row_block_bytes). A prefetch returns nothing and changes no value; the guard keeps it inside the input.
-  static std::string later_rows_prefetch(const KernelContext& c) {
-    const std::vector<int64_t> row_bytes = row_block_bytes(c.k);
-    const int64_t ahead = int64_t{c.s.prefetch_blocks} * c.s.rows_per_task;
-    std::string out;
-    for (size_t p = 0; p < row_bytes.size(); ++p) {
-      if (row_bytes[p] < 128) continue;
-      out += fmt::format("  if ((long long)kiln_row + {0} < {1}LL) {{  // the row of in{2} a later block reads, into L2\n"
-                         "    const char* kiln_pf = (const char*)in{2} + ((long long)kiln_row + {0}) * {3}LL;\n"
-                         "    for (int kiln_b = kiln_lane * 128; kiln_b < {3}; kiln_b += {4}) "
-                         "asm volatile(\"prefetch.global.L2 [%0];\" :: \"l\"(kiln_pf + kiln_b));\n"
-                         "  }}\n",
-                         ahead, c.k.rows, p, row_bytes[p], int64_t{c.s.threads_per_row} * 128);
-    }
-    return out;
-  }
   std::string buffer(int stage, const std::string& offset) const override {
     return fmt::format("s{}[threadIdx.y][kiln_at({})]", stage, offset);
   }

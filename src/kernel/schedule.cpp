@@ -256,7 +256,6 @@ std::string schedule_to_json(const Schedule& s) {
   if (s.pairs) j["pairs"] = true;
   if (s.moments) j["moments"] = true;
   if (s.gathers) j["gathers"] = true;
-  if (s.prefetch_blocks != 0) j["prefetch_blocks"] = s.prefetch_blocks;
   return j.dump();
 }
 
@@ -290,8 +289,6 @@ Result<Schedule> schedule_from_json(const std::string& text) {
       KILN_TRY(integer(s.vector_width));
     } else if (key == "unroll") {
       KILN_TRY(integer(s.unroll));
-    } else if (key == "prefetch_blocks") {
-      KILN_TRY(integer(s.prefetch_blocks));
     } else if (key == "registers" || key == "cache_row" || key == "tables" || key == "stream_stores" || key == "pairs" ||
                key == "moments" || key == "gathers") {
       if (!value.is_boolean()) return make_error(ErrorCode::parse_error, "schedule field '" + key + "' must be a boolean");
@@ -306,7 +303,7 @@ Result<Schedule> schedule_from_json(const std::string& text) {
       return make_error(ErrorCode::parse_error,
                         "unknown schedule field '" + key +
                             "' (fields: rows_per_task, threads, threads_per_row, vector_width, cache_row, unroll, "
-                            "registers, tables, stream_stores, pairs, moments, gathers, prefetch_blocks)");
+                            "registers, tables, stream_stores, pairs, moments, gathers)");
     }
   }
   return s;
@@ -320,11 +317,10 @@ int64_t cuda_row_buffer_floats(int64_t local_size, const Schedule& s) {
 }
 
 std::string schedule_to_string(const Schedule& s) {
-  return fmt::format("rows={} threads={} tpr={} vec={} {} unroll={}{}{}{}{}{}{}{}", s.rows_per_task, s.threads,
+  return fmt::format("rows={} threads={} tpr={} vec={} {} unroll={}{}{}{}{}{}{}", s.rows_per_task, s.threads,
                      s.threads_per_row, s.vector_width, s.cache_row ? "cache" : "reread", s.unroll,
                      s.registers ? "" : " smem", s.tables ? " tables" : "", s.gathers ? " gathers" : "",
-                     s.stream_stores ? " stream" : "", s.pairs ? " pairs" : "", s.moments ? " moments" : "",
-                     s.prefetch_blocks ? fmt::format(" prefetch={}", s.prefetch_blocks) : "");
+                     s.stream_stores ? " stream" : "", s.pairs ? " pairs" : "", s.moments ? " moments" : "");
 }
 
 Status can_implement(const Kernel& k, const Schedule& s, Target target) {
@@ -334,10 +330,6 @@ Status can_implement(const Kernel& k, const Schedule& s, Target target) {
     return field_error("vector_width", fmt::format("must be a power of two <= 64, got {}", s.vector_width));
   }
   if (s.unroll < 1 || s.unroll > 16) return field_error("unroll", fmt::format("must be in 1..16, got {}", s.unroll));
-  if (s.prefetch_blocks < 0) return field_error("prefetch_blocks", fmt::format("must be >= 0, got {}", s.prefetch_blocks));
-  if (s.prefetch_blocks > 0 && target != Target::cuda) {
-    return field_error("prefetch_blocks", "is a CUDA field (L2 prefetches of later blocks' rows)");
-  }
   if (!power_of_two(s.threads_per_row) || s.threads_per_row > 1024) {
     return field_error("threads_per_row", fmt::format("must be a power of two <= 1024, got {}", s.threads_per_row));
   }
@@ -541,19 +533,6 @@ std::vector<Schedule> schedule_space(const Kernel& k, Target target, int cores) 
           }
         }
       }
-    }
-  }
-  // The 16-byte register-row schedules again, asking L2 for the rows of the blocks about a wave of 8 blocks an
-  // SM later (prefetch_blocks), where the kernel reads rows of at least 1 KiB and has more than two such waves.
-  const std::vector<int64_t> row_bytes = row_block_bytes(k);
-  if (cores > 0 && !row_bytes.empty() && *std::max_element(row_bytes.begin(), row_bytes.end()) >= 1024) {
-    const size_t plain = out.size();
-    for (size_t i = 0; i < plain; ++i) {
-      Schedule s = out[i];
-      const int64_t blocks = (k.rows + s.rows_per_task - 1) / s.rows_per_task;
-      if (!s.registers || s.vector_width < 4 || blocks <= int64_t{16} * cores) continue;
-      s.prefetch_blocks = 8 * cores;
-      if (can_implement(k, s, target).ok()) out.push_back(s);
     }
   }
   return out;

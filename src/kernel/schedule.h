@@ -27,11 +27,6 @@
 //                    variance) accumulate in one pass over the row instead of two: each lane sums its elements'
 //                    deviations from its first element and their squares, and the lanes combine as Chan et al.'s
 //                    pairwise update, so no sum of squares is cancelled against a large mean
-//   prefetch_blocks  CUDA: each block first asks L2 for the rows that the block this many blocks after it will
-//                    read (prefetch.global.L2, the inputs whose rows are contiguous), so DRAM has requests in
-//                    flight while resident blocks reduce; 0 is off. Values never change. (Offered to the tuner
-//                    unmeasured, session 31: ncu found the FP8 block's layernorm + amax kernel waiting on its
-//                    loads at half occupancy.)
 #pragma once
 
 #include <cstdint>
@@ -56,7 +51,6 @@ struct Schedule {
   bool pairs = false;
   bool moments = false;
   bool gathers = false;
-  int prefetch_blocks = 0;
   bool operator==(const Schedule& other) const = default;
 };
 

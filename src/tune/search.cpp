@@ -15,7 +15,7 @@ int schedule_distance(const kernel::Schedule& a, const kernel::Schedule& b) {
   return (a.rows_per_task != b.rows_per_task) + (a.threads != b.threads) + (a.threads_per_row != b.threads_per_row) +
          (a.vector_width != b.vector_width) + (a.cache_row != b.cache_row) + (a.unroll != b.unroll) + (a.tables != b.tables) +
          (a.stream_stores != b.stream_stores) + (a.pairs != b.pairs) + (a.moments != b.moments) +
-         (a.registers != b.registers) + (a.prefetch_blocks != b.prefetch_blocks);
+         (a.registers != b.registers);
 }
 
 std::vector<kernel::Schedule> harness_space(const std::vector<kernel::Schedule>& space) {

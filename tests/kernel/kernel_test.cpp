@@ -154,15 +154,6 @@ TEST(KernelSchedule, JsonRoundTripAndErrors) {
   EXPECT_FALSE(schedule_from_json(R"({"moments": 1})").ok());
   EXPECT_FALSE(schedule_from_json(R"({"tables": 1})").ok());
   EXPECT_FALSE(schedule_from_json(R"({"pairs": "yes"})").ok());
-  // prefetch_blocks: an integer, written only when set.
-  EXPECT_EQ(schedule_to_json(s).find("prefetch_blocks"), std::string::npos);
-  Schedule p{1, 1, 128, 8, true, 1};
-  p.prefetch_blocks = 1056;
-  auto pb = schedule_from_json(schedule_to_json(p));
-  ASSERT_TRUE(pb.ok()) << pb.error().message;
-  EXPECT_EQ(*pb, p);
-  EXPECT_NE(schedule_to_string(p).find(" prefetch=1056"), std::string::npos) << schedule_to_string(p);
-  EXPECT_FALSE(schedule_from_json(R"({"prefetch_blocks": true})").ok());
   auto bad = schedule_from_json(R"({"rows_per_task": 2, "lanes": 4})");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.error().message.find("lanes"), std::string::npos);
@@ -840,8 +831,6 @@ TEST(KernelEmit, CudaDialectCompilesWithNvcc) {
       // Rows narrower than a warp: several rows per warp, the reduction's shuffles within each row's lanes.
       schedules.push_back(Schedule{8, 1, 16, 8, true, 1});
       schedules.push_back(Schedule{16, 1, 4, 2, true, 1});
-      schedules.push_back(schedules[0]);
-      schedules.back().prefetch_blocks = 2;  // L2 prefetches of a later block's rows, where rows are contiguous
       for (size_t j = 0; j < schedules.size(); ++j) {
         if (!can_implement(kernels[i], schedules[j], Target::cuda).ok()) schedules[j].cache_row = false;
         if (!can_implement(kernels[i], schedules[j], Target::cuda).ok()) continue;
@@ -960,47 +949,6 @@ TEST(KernelEmit, CudaReductionExchangesHaveTheirOwnSlots) {
   EXPECT_NE(after_mean.find("__syncthreads();"), std::string::npos) << after_mean;
   const std::string after_max = src.substr(max_reads, src.find('\n', src.find('\n', max_reads) + 1) - max_reads);
   EXPECT_EQ(after_max.find("__syncthreads();"), std::string::npos) << after_max;
-}
-
-// Schedule::prefetch_blocks (CUDA): the FP8 block's image layernorm + amax (4096 rows of 6 KiB of bf16) is
-// offered its register-row schedules again with each row's thread asking L2 for the row 8 x 132 blocks on,
-// inside the input; the text one (512 rows, under two waves) and the CPU are not. Off, nothing is emitted.
-TEST(KernelSchedule, CudaPrefetchOfLaterBlocksRows) {
-  const std::optional<Kernel> ln = fp8_image_layernorm_amax();
-  ASSERT_TRUE(ln.has_value());
-  size_t with = 0, without = 0;
-  for (const Schedule& s : schedule_space(*ln, Target::cuda, 132)) {
-    if (s.prefetch_blocks == 0) {
-      ++without;
-      continue;
-    }
-    ++with;
-    EXPECT_EQ(s.prefetch_blocks, 8 * 132);
-    EXPECT_TRUE(s.registers && s.vector_width >= 4) << schedule_to_string(s);
-  }
-  EXPECT_GT(with, 0u);
-  EXPECT_GT(without, with);
-  for (const Kernel& k : kernels_with_stage("flux1-double-block:dtype=fp8,fp8_scaling=tensor", "reduce_amax")) {
-    if (k.rows > 512) continue;
-    for (const Schedule& s : schedule_space(k, Target::cuda, 132)) EXPECT_EQ(s.prefetch_blocks, 0) << k.rows;
-  }
-  Schedule s{1, 1, 128, 8, true, 1};
-  s.prefetch_blocks = 1056;
-  ASSERT_TRUE(can_implement(*ln, s, Target::cuda).ok());
-  Schedule cpu{16, 1, 1, 8, true, 1};
-  cpu.prefetch_blocks = 4;
-  EXPECT_FALSE(can_implement(*ln, cpu, Target::cpu).ok());
-  s.prefetch_blocks = -1;
-  EXPECT_FALSE(can_implement(*ln, s, Target::cuda).ok());
-  s.prefetch_blocks = 1056;
-  auto module = emit_module({{&*ln, s, "kern"}}, Target::cuda);
-  ASSERT_TRUE(module.ok()) << module.error().message;
-  EXPECT_NE(module->source.find("if ((long long)kiln_row + 1056 < 4096LL)"), std::string::npos) << module->source;
-  EXPECT_NE(module->source.find("prefetch.global.L2 [%0];"), std::string::npos);
-  s.prefetch_blocks = 0;
-  auto plain = emit_module({{&*ln, s, "kern"}}, Target::cuda);
-  ASSERT_TRUE(plain.ok());
-  EXPECT_EQ(plain->source.find("prefetch.global"), std::string::npos);
 }
 
 // q/k RMSNorm + RoPE of a FLUX.1 head (128 values: 16 threads x 8 rows a block): the row and its mean square
