@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One device call that uses whichever card comes (a call naming nvidia-h200 without needs_h200 may get an H100):
-# on an H200, issue 7's run (bench/gpu/run.sh with KILN_TUNE_CANDIDATES=0: tests, benchmarks, ratios); on any
+# on an H200, issue 7's run in SECONDS (tests, kiln optimize next to the peer, the plans' figures, ratios); on any
 # other card, the GPU tests and the held schedule search of the FP8 block's kernels (kiln-gpu-bench
 # --tune-plan), whose per-kernel winners say what the next kernel change should be. Binaries come prebuilt
 # (bench/gpu/carry_libs.sh; carry build/release's kiln, kiln-gpu-bench, kiln-gpu-worker, kiln-worker and
@@ -20,9 +20,25 @@ card="$(nvidia-smi --query-gpu=name --format=csv,noheader 2> /dev/null | head -1
 [ -n "$card" ] || { echo "no GPU here (nvidia-smi gave no card)" >&2; exit 2; }
 echo "card: $card"
 if echo "$card" | grep -q H200; then
-  KILN_TUNE_CANDIDATES=0 timeout "$budget" bash "$root/bench/gpu/run.sh" "$out" --prebuilt "$build" > "$out/run.log" 2>&1
+  # Issue 7 in one call, most needed first: the GPU suite (and the tiny models against the reference), then
+  # `kiln optimize --backend cuda` on both FLUX.1-dev blocks next to the peer (the ratios and the waterfalls),
+  # then kiln-gpu-bench's plans (graph against its kernels, memory-bound kernels against a same-size copy, the
+  # GEMM audit) in what time is left, then every figure read off what came back.
+  bash "$root/bench/gpu/run.sh" "$out" --prebuilt "$build" --no-bench > "$out/run.log" 2>&1
   status=$?
-  tail -40 "$out/run.log"
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) |Failure|lacks" "$out/run.log" | head -20
+  left=$((budget - SECONDS - 90))
+  KILN_NO_KB=1 KILN_PEER_AFTER=0 KILN_OPTIMIZE_TIMEOUT=160 timeout "$((left > 30 ? left : 30))" \
+    bash "$root/bench/gpu/optimize.sh" "$out/opt" "$build/kiln" 100s zoo:flux1-double-block zoo:flux1-single-block \
+    > "$out/optimize_sh.log" 2>&1 || status=1
+  grep -E "^==|next to|kept|no win|done:" "$out/optimize_sh.log" | cut -c1-160
+  left=$((budget - SECONDS - 15))
+  if [ "$left" -gt 30 ]; then
+    export LD_LIBRARY_PATH="/usr/local/cuda/lib64:$root/.gpulib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    timeout "$left" "$build/kiln-gpu-bench" --out "$out/gpu_bench.json" --quick --fused-only --plan flux1-double-block \
+      --plan flux1-single-block --plan flux1-double-block:dtype=fp8,fp8_scaling=tensor > "$out/gpu_bench.log" 2>&1
+  fi
+  python3 "$root/bench/gpu/ratios.py" "$out" "$out/opt" --json "$out/ratios.json"
   exit $status
 fi
 bash "$root/bench/gpu/run.sh" "$out" --prebuilt "$build" --no-bench > "$out/run.log" 2>&1

@@ -74,6 +74,8 @@ PY
 done
 # The peer again, now that the GPU has run kiln's loops for minutes (warmer, as kiln's final timing was): the
 # from-idle ratio against the peer timed before and after brackets what the order of the two costs.
+# KILN_PEER_AFTER=0 leaves it out (a call short of device time).
+[ "${KILN_PEER_AFTER:-1}" = 0 ] && exit $status
 echo "== PyTorch peer again, after kiln (torch.compile default)"
 timeout 240 python3 "$root/bench/gpu/peer_regimes.py" "$out/peer_regimes_after.json" > "$out/peer_regimes_after.log" 2>&1 \
   || { echo "peer_regimes.py failed after kiln:"; tail -5 "$out/peer_regimes_after.log"; }
