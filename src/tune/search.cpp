@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include <nlohmann/json.hpp>
+
 namespace kiln::tune {
 namespace {
 
@@ -12,10 +14,13 @@ bool contains(const std::vector<kernel::Schedule>& list, const kernel::Schedule&
 }  // namespace
 
 int schedule_distance(const kernel::Schedule& a, const kernel::Schedule& b) {
-  return (a.rows_per_task != b.rows_per_task) + (a.threads != b.threads) + (a.threads_per_row != b.threads_per_row) +
-         (a.vector_width != b.vector_width) + (a.cache_row != b.cache_row) + (a.unroll != b.unroll) + (a.tables != b.tables) +
-         (a.stream_stores != b.stream_stores) + (a.pairs != b.pairs) + (a.moments != b.moments) +
-         (a.registers != b.registers);
+  // The JSON leaves out the optional flags that are off: a field only one side has differs.
+  const nlohmann::json ja = nlohmann::json::parse(kernel::schedule_to_json(a));
+  const nlohmann::json jb = nlohmann::json::parse(kernel::schedule_to_json(b));
+  int d = 0;
+  for (const auto& [key, value] : ja.items()) d += !jb.contains(key) || jb[key] != value;
+  for (const auto& [key, value] : jb.items()) d += !ja.contains(key);
+  return d;
 }
 
 std::vector<kernel::Schedule> harness_space(const std::vector<kernel::Schedule>& space) {

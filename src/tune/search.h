@@ -25,7 +25,8 @@ std::vector<kernel::Schedule> untried_neighbours(const std::vector<kernel::Sched
                                                  const kernel::Schedule& center,
                                                  const std::vector<kernel::Schedule>& tried);
 
-// How many fields two schedules differ in (all but gathers).
+// How many fields two schedules differ in: every field, read off their JSON (kernel::schedule_to_json), so a
+// field added to Schedule counts without a change here.
 int schedule_distance(const kernel::Schedule& a, const kernel::Schedule& b);
 
 }  // namespace kiln::tune

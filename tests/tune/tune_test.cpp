@@ -143,6 +143,33 @@ TEST(TuneSearch, InitialRoundAndNeighbours) {
   for (const Schedule& s : next) EXPECT_EQ(schedule_distance(s, first), 1);
 }
 
+// Each field of a schedule, changed alone, is one step away; a gather-read table is one step from a plain one
+// (the distance once skipped `gathers`, so the tuner could never step between the two).
+TEST(TuneSearch, EveryFieldIsOneStep) {
+  const Schedule base{4, 2, 32, 8, true, 1};
+  std::vector<Schedule> steps(11, base);
+  steps[0].rows_per_task = 8;
+  steps[1].threads = 1;
+  steps[2].threads_per_row = 64;
+  steps[3].vector_width = 4;
+  steps[4].cache_row = false;
+  steps[5].unroll = 2;
+  steps[6].registers = false;
+  steps[7].tables = true;
+  steps[8].stream_stores = true;
+  steps[9].pairs = true;
+  steps[10].moments = true;
+  for (const Schedule& s : steps) {
+    EXPECT_EQ(schedule_distance(s, base), 1) << schedule_to_string(s);
+    EXPECT_EQ(schedule_distance(base, s), 1) << schedule_to_string(s);
+  }
+  Schedule gathered = steps[7];
+  gathered.gathers = true;
+  EXPECT_EQ(schedule_distance(gathered, steps[7]), 1);
+  EXPECT_EQ(schedule_distance(gathered, base), 2);
+  EXPECT_EQ(schedule_distance(base, base), 0);
+}
+
 TEST(Tuner, WinnerPassesAndIsNoSlowerThanTheDefault) {
   const Graph g = optimized(modulate_blocks(1, 32, 256));
   auto list = collect_tasks(g);
