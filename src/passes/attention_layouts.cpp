@@ -62,8 +62,7 @@ PassResult absorb_attention_layouts(const Graph& graph) {
       continue;
     }
     Attrs attrs = node.attrs;
-    std::vector<ValueId> inputs;
-    for (ValueId v : node.inputs) inputs.push_back(copier.map(v));
+    std::vector<ValueId> inputs = copier.mapped_inputs(id);
     for (int i = 0; i < 3; ++i) {
       const ValueId operand = node.inputs[static_cast<size_t>(i)];
       const NodeId p = graph.value(operand).producer;

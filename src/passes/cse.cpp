@@ -15,8 +15,7 @@ PassResult eliminate_common_subexpressions(const Graph& graph) {
   GraphCopier copier(graph);
   for (NodeId id = 0; id < static_cast<NodeId>(graph.nodes().size()); ++id) {
     const Node& node = graph.node(id);
-    std::vector<ValueId> inputs;
-    for (ValueId v : node.inputs) inputs.push_back(copier.map(v));
+    std::vector<ValueId> inputs = copier.mapped_inputs(id);
     // a + b and b + a are one value.
     if (op_has_trait(node.op, kTraitCommutative)) std::sort(inputs.begin(), inputs.end());
     Key key{node.op, inputs, node.attrs};

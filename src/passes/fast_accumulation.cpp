@@ -27,14 +27,7 @@ PassResult mark_fast_accumulation(const Graph& graph, const SupportsFn& supports
         continue;
       }
     }
-    std::vector<ValueId> inputs;
-    for (ValueId v : node.inputs) inputs.push_back(copier.map(v));
-    std::vector<std::string> names;
-    for (ValueId v : node.outputs) names.push_back(graph.value(v).name);
-    auto out = copier.target().add_node(node.op, std::move(inputs), std::move(attrs), std::move(names));
-    KILN_CHECK(out.ok());
-    copier.target().set_node_group(static_cast<NodeId>(copier.target().nodes().size()) - 1, node.group);
-    for (size_t i = 0; i < node.outputs.size(); ++i) copier.set_map(node.outputs[i], (*out)[i]);
+    copier.copy_node_with(id, std::move(attrs), copier.mapped_inputs(id));
     ++report.found["scaled_linear"];
     report.notes.push_back(fmt::format("fast FP8 accumulation allowed: {}", graph.node_label(id)));
     report.changed = true;

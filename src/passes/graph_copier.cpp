@@ -19,13 +19,19 @@ ValueId GraphCopier::map(ValueId source_value) const {
   return map_[source_value];
 }
 
-void GraphCopier::copy_node(NodeId id) {
-  const Node& node = source_.node(id);
+std::vector<ValueId> GraphCopier::mapped_inputs(NodeId id) const {
   std::vector<ValueId> inputs;
-  for (ValueId v : node.inputs) inputs.push_back(map(v));
+  for (ValueId v : source_.node(id).inputs) inputs.push_back(map(v));
+  return inputs;
+}
+
+void GraphCopier::copy_node(NodeId id) { copy_node_with(id, source_.node(id).attrs, mapped_inputs(id)); }
+
+void GraphCopier::copy_node_with(NodeId id, Attrs attrs, std::vector<ValueId> target_inputs) {
+  const Node& node = source_.node(id);
   std::vector<std::string> names;
   for (ValueId v : node.outputs) names.push_back(source_.value(v).name);
-  auto outputs = target_.add_node(node.op, std::move(inputs), node.attrs, std::move(names));
+  auto outputs = target_.add_node(node.op, std::move(target_inputs), std::move(attrs), std::move(names));
   if (!outputs.ok()) {
     std::fprintf(stderr, "kiln: internal error copying %s: %s\n", source_.node_label(id).c_str(),
                  outputs.error().message.c_str());

@@ -24,6 +24,10 @@ class GraphCopier {
 
   // Copies a source node with its inputs remapped and its output names and group kept; maps its outputs.
   void copy_node(NodeId id);
+  // The same node with other attributes and these (target) inputs, e.g. mapped_inputs(id) with one replaced.
+  void copy_node_with(NodeId id, Attrs attrs, std::vector<ValueId> target_inputs);
+  // A source node's inputs, remapped.
+  std::vector<ValueId> mapped_inputs(NodeId id) const;
   // Adds a new node to the target (a pass's own node, of target values); a node that does not verify is an
   // internal error of `pass`, which stops the program.
   std::vector<ValueId> add(const char* pass, Op op, std::vector<ValueId> inputs, Attrs attrs,

@@ -67,17 +67,11 @@ PassResult pack_weight_scales(const Graph& graph) {
                                          type_to_string(copier.target().value((*out)[0]).type), layout,
                                          graph.node_label(id)));
     }
-    std::vector<ValueId> inputs;
-    for (ValueId v : node.inputs) inputs.push_back(copier.map(v));
+    std::vector<ValueId> inputs = copier.mapped_inputs(id);
     inputs[kWeightScaleInput] = it->second;
     Attrs attrs = node.attrs;
     attrs.set("ws_layout", std::string("packed"));
-    std::vector<std::string> names;
-    for (ValueId v : node.outputs) names.push_back(graph.value(v).name);
-    auto out = copier.target().add_node(node.op, std::move(inputs), std::move(attrs), std::move(names));
-    KILN_CHECK(out.ok());
-    copier.target().set_node_group(static_cast<NodeId>(copier.target().nodes().size()) - 1, node.group);
-    for (size_t i = 0; i < node.outputs.size(); ++i) copier.set_map(node.outputs[i], (*out)[i]);
+    copier.copy_node_with(id, std::move(attrs), std::move(inputs));
     report.changed = true;
   }
   if (!packed.empty()) {
