@@ -40,9 +40,12 @@ wait "$peer_pid" 2> /dev/null
 [ -n "$peer_json" ] || { echo "the peer printed no default-mode figures:"; tail -20 "$out/torch_flux_block.log"; exit 1; }
 echo "$peer_json" > "$out/torch_flux_block.json"
 # The same blocks under sustained load (bench/gpu/peer_regimes.py): kiln's sustained time sits next to it.
-echo "== PyTorch peer under sustained load (torch.compile default)"
-timeout 240 python3 "$root/bench/gpu/peer_regimes.py" "$out/peer_regimes.json" > "$out/peer_regimes.log" 2>&1 \
-  || { echo "peer_regimes.py failed (the sustained comparison is left out):"; tail -5 "$out/peer_regimes.log"; }
+# KILN_PEER_REGIMES=0 leaves it out (a call short of device time).
+if [ "${KILN_PEER_REGIMES:-1}" != 0 ]; then
+  echo "== PyTorch peer under sustained load (torch.compile default)"
+  timeout 240 python3 "$root/bench/gpu/peer_regimes.py" "$out/peer_regimes.json" > "$out/peer_regimes.log" 2>&1 \
+    || { echo "peer_regimes.py failed (the sustained comparison is left out):"; tail -5 "$out/peer_regimes.log"; }
+fi
 status=0
 for model in "${models[@]}"; do
   block="double"
