@@ -79,12 +79,18 @@ class Loop {
 Result<Deployed> Loop::deploy(const PlanConfig& config) {
   Deployed d;
   d.config = config;
+  // Where a deployment's seconds go (the passes, the plan's build with its compiles, the first run with the
+  // GEMM algorithm choices, the capture), said in the log: on a GPU call the loop's time is device time.
+  const double started = elapsed();
   KILN_ASSIGN_OR_RETURN(d.graph, build_graph(model_, config, backend_.supports_fn()));
+  const double passed = elapsed();
   backend::PlanOptions plan_options;
   plan_options.schedules = config.schedules;
   plan_options.lanes = config.lanes;
   KILN_ASSIGN_OR_RETURN(d.plan, backend::Plan::build(backend_, d.graph, plan_options));
+  const double built = elapsed();
   KILN_ASSIGN_OR_RETURN(d.outputs, d.plan->run(inputs_));
+  const double ran = elapsed();
   backend::Plan* plan = d.plan.get();
   std::function<Status()> work = [plan] { return plan->execute(); };
   auto captured = backend_.capture(work);
@@ -96,6 +102,8 @@ Result<Deployed> Loop::deploy(const PlanConfig& config) {
     d.captured = false;
     say("not captured, runs uncaptured: " + captured.error().message);
   }
+  say(fmt::format("deployed in {:.1f} s: passes {:.1f} s, plan build {:.1f} s, first run {:.1f} s, capture {:.1f} s",
+                  elapsed() - started, passed - started, built - passed, ran - built, elapsed() - ran));
   return d;
 }
 
