@@ -28,6 +28,7 @@ if echo "$card" | grep -q H200 || [ "${ANY_CARD_ISSUE7:-0}" = 1 ]; then
   bash "$root/bench/gpu/run.sh" "$out" --prebuilt "$build" --no-bench > "$out/run.log" 2>&1
   status=$?
   grep -E "^\[  (PASSED|FAILED|SKIPPED) |Failure|lacks" "$out/run.log" | head -20
+  echo "== ${SECONDS} s: GPU suite done"
   left=$((budget - SECONDS - 20))
   # Under 6 minutes left, the peer's sustained-load timing (up to 4 minutes) stays out.
   regimes=1
@@ -36,11 +37,14 @@ if echo "$card" | grep -q H200 || [ "${ANY_CARD_ISSUE7:-0}" = 1 ]; then
     bash "$root/bench/gpu/optimize.sh" "$out/opt" "$build/kiln" 100s zoo:flux1-double-block zoo:flux1-single-block \
     > "$out/optimize_sh.log" 2>&1 || status=1
   grep -E "^==|next to|kept|no win|done:" "$out/optimize_sh.log" | cut -c1-160
+  grep -h "deployed in" "$out"/opt/*-optimize.log 2> /dev/null | head -4 | cut -c1-160  # the baselines' first
+  echo "== ${SECONDS} s: optimize loops done"
   left=$((budget - SECONDS - 15))
   if [ "$left" -gt 30 ]; then
     export LD_LIBRARY_PATH="/usr/local/cuda/lib64:$root/.gpulib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     timeout "$left" "$build/kiln-gpu-bench" --out "$out/gpu_bench.json" --quick --fused-only --plan flux1-double-block \
       --plan flux1-single-block --plan flux1-double-block:dtype=fp8,fp8_scaling=tensor > "$out/gpu_bench.log" 2>&1
+    echo "== ${SECONDS} s: kiln-gpu-bench done"
   fi
   python3 "$root/bench/gpu/ratios.py" "$out" "$out/opt" --json "$out/ratios.json"
   exit $status
