@@ -37,7 +37,7 @@ if echo "$card" | grep -q H200 || [ "${ANY_CARD_ISSUE7:-0}" = 1 ]; then
     bash "$root/bench/gpu/optimize.sh" "$out/opt" "$build/kiln" 100s zoo:flux1-double-block zoo:flux1-single-block \
     > "$out/optimize_sh.log" 2>&1 || status=1
   grep -E "^==|next to|kept|no win|done:" "$out/optimize_sh.log" | cut -c1-160
-  grep -h "deployed in" "$out"/opt/*-optimize.log 2> /dev/null | head -4 | cut -c1-160  # the baselines' first
+  grep -h -m1 "deployed in" "$out"/opt/*-optimize.log 2> /dev/null | cut -c1-160  # each baseline's
   echo "== ${SECONDS} s: optimize loops done"
   left=$((budget - SECONDS - 15))
   if [ "$left" -gt 30 ]; then
