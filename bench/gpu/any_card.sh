@@ -19,6 +19,7 @@ mkdir -p "$out"
 card="$(nvidia-smi --query-gpu=name --format=csv,noheader 2> /dev/null | head -1)"
 [ -n "$card" ] || { echo "no GPU here (nvidia-smi gave no card)" >&2; exit 2; }
 echo "card: $card"
+export LD_LIBRARY_PATH="/usr/local/cuda/lib64:$root/.gpulib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 # ANY_CARD_ISSUE7=1 takes issue 7's path on whichever card comes (its figures on an H100 are not the H200's).
 if echo "$card" | grep -q H200 || [ "${ANY_CARD_ISSUE7:-0}" = 1 ]; then
   # Issue 7 in one call, most needed first: the GPU suite (and the tiny models against the reference), then
@@ -41,7 +42,6 @@ if echo "$card" | grep -q H200 || [ "${ANY_CARD_ISSUE7:-0}" = 1 ]; then
   echo "== ${SECONDS} s: optimize loops done"
   left=$((budget - SECONDS - 15))
   if [ "$left" -gt 30 ]; then
-    export LD_LIBRARY_PATH="/usr/local/cuda/lib64:$root/.gpulib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     timeout "$left" "$build/kiln-gpu-bench" --out "$out/gpu_bench.json" --quick --fused-only --plan flux1-double-block \
       --plan flux1-single-block --plan flux1-double-block:dtype=fp8,fp8_scaling=tensor > "$out/gpu_bench.log" 2>&1
     echo "== ${SECONDS} s: kiln-gpu-bench done"
@@ -52,7 +52,6 @@ fi
 bash "$root/bench/gpu/run.sh" "$out" --prebuilt "$build" --no-bench > "$out/run.log" 2>&1
 status=$?
 grep -E "^\[  (PASSED|FAILED|SKIPPED) |Failure|lacks" "$out/run.log" | head -20
-export LD_LIBRARY_PATH="/usr/local/cuda/lib64:$root/.gpulib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 if [ -n "$before" ]; then
   for spec in flux1-double-block:dtype=fp8,fp8_scaling=tensor flux1-double-block; do
     name="$(echo "$spec" | tr ':=,' '___')"

@@ -102,8 +102,9 @@ Result<Deployed> Loop::deploy(const PlanConfig& config) {
     d.captured = false;
     say("not captured, runs uncaptured: " + captured.error().message);
   }
+  const double done = elapsed();
   say(fmt::format("deployed in {:.1f} s: passes {:.1f} s, plan build {:.1f} s, first run {:.1f} s, capture {:.1f} s",
-                  elapsed() - started, passed - started, built - passed, ran - built, elapsed() - ran));
+                  done - started, passed - started, built - passed, ran - built, done - ran));
   return d;
 }
 
