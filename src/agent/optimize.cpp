@@ -103,8 +103,10 @@ Result<Deployed> Loop::deploy(const PlanConfig& config) {
     say("not captured, runs uncaptured: " + captured.error().message);
   }
   const double done = elapsed();
-  say(fmt::format("deployed in {:.1f} s: passes {:.1f} s, plan build {:.1f} s, first run {:.1f} s, capture {:.1f} s",
-                  done - started, passed - started, built - passed, ran - built, done - ran));
+  say(fmt::format("deployed in {:.1f} s: passes {:.1f} s, plan build {:.1f} s (compile {:.1f} s), first run {:.1f} s "
+                  "(library calls {:.1f} s), capture {:.1f} s",
+                  done - started, passed - started, built - passed, d.plan->summary().compile_seconds, ran - built,
+                  d.plan->stats().library_seconds, done - ran));
   return d;
 }
 

@@ -762,7 +762,9 @@ Status Plan::run_steps_on_lanes(size_t begin, size_t end, bool on_lanes) {
       case Step::Kind::kernel: st = backend_.launch(*module_, step.kernel_index, in, out); break;
       case Step::Kind::library: {
         const Node& n = graph_.node(step.nodes[0]);
+        const auto start = std::chrono::steady_clock::now();
         st = backend_.run_library(n.op, n.attrs, in, out);
+        stats_.library_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         break;
       }
       case Step::Kind::fallback: st = run_fallback(step); break;

@@ -87,6 +87,10 @@ struct PlanStats {
   int64_t load_runs = 0;
   int64_t per_step_hits = 0;    // executes that reused cached per-step results
   int64_t per_step_misses = 0;  // executes that computed the per-step stage
+  // Host seconds spent inside library calls: enqueues once warm, but a call's first run also chooses its
+  // algorithm (the CUDA backend times GEMM candidates, builds cuDNN plans), so after the first run it says
+  // what those choices cost.
+  double library_seconds = 0;
 };
 
 class Plan {
