@@ -57,6 +57,10 @@ import json, sys
 r = json.loads('''$peer_json''')
 b = sys.argv[1]
 print(f"--peer=torch.compile={r[b + '_compile[default]_ms']}", f"--peer=eager={r[b + '_eager_ms']}")
+# The peer compiles each of its two blocks with the GPU idle before timing it: kiln's final Plan idles as long.
+wall = r.get("compile[default]_wall_s")
+if wall:
+    print(f"--settle={max(2.0, wall / 2):.1f}")
 try:
     s = json.load(open("$out/peer_regimes.json"))[b]
     print(f"--peer-sustained=torch.compile={s['sustained_ms']}")

@@ -163,6 +163,23 @@ def main(argv):
             top = max(gains)
             print(f"(the best neighbour beats the best heuristic answer by up to {top[0]:.3f}x ({top[1]}); "
                   f"median {sorted(gains)[len(gains) // 2][0]:.3f}x over {len(gains)} GEMMs)")
+    # The same kernels with the schedules kiln's tuner picks (kiln-gpu-bench --tune-plan, tune.json): what
+    # `kiln optimize` deploys once its tune-kernels step has run on the device.
+    tuned, tuned_path = find(dirs, "tune.json")
+    if tuned is not None:
+        sizes = tuned["bandwidth"].get("by_size", [])
+        worst = None
+        for plan in tuned.get("tuned_plans", []):
+            for k in plan.get("kernels", []):
+                if k.get("bytes", 0) < 40e6 or "best_ms" not in k or not sizes:
+                    continue
+                same = min(sizes, key=lambda s: abs(s["bytes"] - k["bytes"]))["best_tbps"] * 1e12
+                of_same = k["bytes"] / (k["best_ms"] * 1e-3) / same
+                if worst is None or of_same < worst[0]:
+                    worst = (of_same, k["kernel"][:40], plan["model"], k.get("best_schedule", ""))
+        if worst:
+            row("memory-bound kernels >= 40 MB, tuned, of a same-size copy (worst)", f"{worst[0]:.1%}", ">= 85%",
+                worst[0] >= 0.85, f"{worst[1]} ({worst[2]}); {worst[3]}")
     if out_json:
         with open(out_json, "w") as f:
             json.dump(rows, f, indent=2)
