@@ -2,8 +2,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <set>
+#include <vector>
 
 #include "kernel/kernel_ir.h"
 
@@ -53,22 +55,33 @@ int64_t normalized_axis(int64_t axis, size_t rank) { return axis < 0 ? axis + st
 // fewer row axes. Caught only in lower_nodes.
 struct RowMismatch {};
 
-// Every point of `vars` (row-major over their extents), as a variable -> value map; false past `limit`.
+// Every point of `vars` (row-major over their extents), as a variable -> value function (0 for the other
+// variables); false past `limit`. One function and one flat table for all the points: a plan's naive kernels
+// have up to 2^20 rows each, and a map per point made their byte counts most of a plan's build.
 template <typename F>
 bool for_each_point(const Kernel& k, const std::set<int>& vars, int64_t limit, const F& f) {
   int64_t points = 1;
   for (int v : vars) points *= k.extent(v);
   if (points > limit) return false;
-  std::map<int, int64_t> at;
+  std::vector<int64_t> at(k.vars.size(), 0);
+  const std::function<int64_t(int)> value = [&](int v) {
+    return v >= 0 && static_cast<size_t>(v) < at.size() ? at[static_cast<size_t>(v)] : int64_t{0};
+  };
   for (int64_t p = 0; p < points; ++p) {
     int64_t rest = p;
     for (int v : vars) {
-      at[v] = rest % k.extent(v);
+      at[static_cast<size_t>(v)] = rest % k.extent(v);
       rest /= k.extent(v);
     }
-    f([&](int v) { auto it = at.find(v); return it == at.end() ? int64_t{0} : it->second; });
+    f(value);
   }
   return true;
+}
+
+// The distinct values of `v`, sorted.
+void sort_unique(std::vector<int64_t>& v) {
+  std::sort(v.begin(), v.end());
+  v.erase(std::unique(v.begin(), v.end()), v.end());
 }
 
 // Bytes the kernel reads from its inputs: each input's distinct elements its loads touch, not the whole
@@ -84,7 +97,7 @@ double input_bytes_read(const Kernel& k) {
   struct Reads {
     std::set<int> rows;
     IndexExpr row_part;
-    std::set<int64_t> locals;  // offsets past the row part
+    std::vector<int64_t> locals;  // offsets past the row part (distinct and sorted once all loads are in)
   };
   std::map<std::pair<int, std::string>, Reads> reads;  // (input, row part) -> what its loads read
   std::set<int> whole;
@@ -99,22 +112,24 @@ double input_bytes_read(const Kernel& k) {
     r.rows = rows;
     r.row_part = row_part;
     const bool counted = for_each_point(k, locals, 1 << 16, [&](const auto& at) {
-      r.locals.insert(index_eval(e.offset, at) - index_eval(row_part, at));
+      r.locals.push_back(index_eval(e.offset, at) - index_eval(row_part, at));
     });
     if (!counted) whole.insert(e.param);
   }
   std::vector<double> elements(k.inputs.size(), 0);
-  for (const auto& entry : reads) {
+  for (auto& entry : reads) {
     const auto& key = entry.first;
-    const Reads& r = entry.second;  // not a structured binding: clang 14 cannot capture one in a lambda
+    Reads& r = entry.second;  // not a structured binding: clang 14 cannot capture one in a lambda
     if (whole.count(key.first) || r.locals.empty()) continue;
+    sort_unique(r.locals);
     const int64_t numel = shape_numel(k.inputs[static_cast<size_t>(key.first)].type.shape);
-    const int64_t first = *r.locals.begin();
-    std::set<int64_t> bases;  // distinct rows of the input read (a guarded load wraps onto rows it reads anyway)
+    const int64_t first = r.locals.front();
+    std::vector<int64_t> bases;  // rows of the input read (a guarded load wraps onto rows it reads anyway)
     const bool counted = for_each_point(k, r.rows, 1 << 20, [&](const auto& at) {
       const int64_t base = index_eval(r.row_part, at) + first;
-      if (base >= 0 && base < numel) bases.insert(base);
+      if (base >= 0 && base < numel) bases.push_back(base);
     });
+    sort_unique(bases);
     const auto in_range = static_cast<int64_t>(bases.size());
     double spans = 1;
     for (int v : r.rows) spans *= static_cast<double>(k.extent(v));
