@@ -97,7 +97,7 @@ double input_bytes_read(const Kernel& k) {
   struct Reads {
     std::set<int> rows;
     IndexExpr row_part;
-    std::vector<int64_t> locals;  // offsets past the row part (distinct and sorted once all loads are in)
+    std::vector<int64_t> locals;  // offsets past the row part, distinct and sorted
   };
   std::map<std::pair<int, std::string>, Reads> reads;  // (input, row part) -> what its loads read
   std::set<int> whole;
@@ -114,14 +114,14 @@ double input_bytes_read(const Kernel& k) {
     const bool counted = for_each_point(k, locals, 1 << 16, [&](const auto& at) {
       r.locals.push_back(index_eval(e.offset, at) - index_eval(row_part, at));
     });
+    sort_unique(r.locals);  // after each load, so that many loads of one row part hold only the distinct offsets
     if (!counted) whole.insert(e.param);
   }
   std::vector<double> elements(k.inputs.size(), 0);
-  for (auto& entry : reads) {
+  for (const auto& entry : reads) {
     const auto& key = entry.first;
-    Reads& r = entry.second;  // not a structured binding: clang 14 cannot capture one in a lambda
+    const Reads& r = entry.second;  // not a structured binding: clang 14 cannot capture one in a lambda
     if (whole.count(key.first) || r.locals.empty()) continue;
-    sort_unique(r.locals);
     const int64_t numel = shape_numel(k.inputs[static_cast<size_t>(key.first)].type.shape);
     const int64_t first = r.locals.front();
     std::vector<int64_t> bases;  // rows of the input read (a guarded load wraps onto rows it reads anyway)
