@@ -23,6 +23,22 @@ Tensor scaled(const Tensor& t, double factor) {
   return Tensor::from_f64(t.dtype(), t.shape(), v);
 }
 
+// PlanStats::library_seconds adds up the host time of every library call (the first run's algorithm choices on
+// a GPU): nothing before a run, some after it, more after the next.
+TEST(PlanStages, LibrarySecondsAddUpOverRuns) {
+  const Graph g = testing::optimized_zoo_model("qwen-image:tiny");
+  auto plan = backend::Plan::build(testing::plan_test_backend(), g);
+  ASSERT_TRUE(plan.ok()) << plan.error().message;
+  backend::Plan& p = **plan;
+  ASSERT_GT(p.summary().library_calls, 0);
+  EXPECT_EQ(p.stats().library_seconds, 0.0);
+  ASSERT_TRUE(p.run(models::random_inputs(g, 1)).ok());
+  const double first = p.stats().library_seconds;
+  EXPECT_GT(first, 0.0);
+  ASSERT_TRUE(p.execute().ok());
+  EXPECT_GT(p.stats().library_seconds, first);
+}
+
 TEST(PlanStages, QwenImageSharesThePerStepStageBetweenCallsOfOneTimestep) {
   const Graph g = testing::optimized_zoo_model("qwen-image:tiny");
   auto plan = backend::Plan::build(testing::plan_test_backend(), g);
