@@ -34,6 +34,13 @@ def find(dirs, *names):
     return None, None
 
 
+def same_size_copy(sizes, nbytes):
+    """Bytes per second of the copy nearest in size to `nbytes` (kiln-gpu-bench's bandwidth.by_size), or None."""
+    if not sizes:
+        return None
+    return min(sizes, key=lambda s: abs(s["bytes"] - nbytes))["best_tbps"] * 1e12
+
+
 def main(argv):
     out_json = None
     if "--json" in argv:
@@ -89,11 +96,6 @@ def main(argv):
         copy = bw["driver_copy_tbps"] * 1e12
         sizes = bw.get("by_size", [])
 
-        def same_size_copy(nbytes):
-            if not sizes:
-                return None
-            return min(sizes, key=lambda s: abs(s["bytes"] - nbytes))["best_tbps"] * 1e12
-
         worst_big, worst_same = None, None
         for plan in bench.get("plans", []):
             details = plan.get("fused", {}).get("details", {})
@@ -102,7 +104,7 @@ def main(argv):
                     continue
                 bps = s["bytes"] / s["kernel_seconds"]
                 of_copy = bps / copy
-                same = same_size_copy(s["bytes"])
+                same = same_size_copy(sizes, s["bytes"])
                 of_same = bps / same if same else None
                 if worst_big is None or of_copy < worst_big[0]:
                     worst_big = (of_copy, s["label"][:40], plan["model"])
@@ -165,15 +167,15 @@ def main(argv):
                   f"median {sorted(gains)[len(gains) // 2][0]:.3f}x over {len(gains)} GEMMs)")
     # The same kernels with the schedules kiln's tuner picks (kiln-gpu-bench --tune-plan, tune.json): what
     # `kiln optimize` deploys once its tune-kernels step has run on the device.
-    tuned, tuned_path = find(dirs, "tune.json")
+    tuned, _ = find(dirs, "tune.json")
     if tuned is not None:
         sizes = tuned["bandwidth"].get("by_size", [])
         worst = None
         for plan in tuned.get("tuned_plans", []):
             for k in plan.get("kernels", []):
-                if k.get("bytes", 0) < 40e6 or "best_ms" not in k or not sizes:
+                same = same_size_copy(sizes, k.get("bytes", 0))
+                if k.get("bytes", 0) < 40e6 or "best_ms" not in k or not same:
                     continue
-                same = min(sizes, key=lambda s: abs(s["bytes"] - k["bytes"]))["best_tbps"] * 1e12
                 of_same = k["bytes"] / (k["best_ms"] * 1e-3) / same
                 if worst is None or of_same < worst[0]:
                     worst = (of_same, k["kernel"][:40], plan["model"], k.get("best_schedule", ""))
