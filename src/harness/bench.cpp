@@ -130,7 +130,8 @@ BenchRun run_bench_worker(const KernelTask& task, const std::vector<std::string>
   }
   std::vector<Finding> findings;
   std::vector<ErrorStats> errors;
-  const Expectation expected{inputs, *reference, options.tolerance, task.exact, task_reduction_length(task)};
+  const Expectation expected{inputs, *reference, options.tolerance, task.exact, task_reduction_length(task),
+                             task_output_precisions(task)};
   for (size_t k = 0; k < libraries.size(); ++k) {
     const size_t before = findings.size();
     check_record(reinterpret_cast<const std::byte*>(ran->results.data()) + k * layout.bytes, request, 0, expected,

@@ -68,10 +68,10 @@ std::string Comparison::describe() const {
 }
 
 Comparison compare_output(const Tensor& reference, const Tensor& candidate, const TolerancePolicy& policy, bool exact,
-                          int64_t reduction_length) {
+                          int64_t reduction_length, std::optional<DType> precision) {
   KILN_CHECK(reference.dtype() == candidate.dtype() && reference.shape() == candidate.shape());
-  const DType dtype = reference.dtype();
-  const bool bitwise = exact || !dtype_is_float(dtype);
+  const DType dtype = precision.value_or(reference.dtype());
+  const bool bitwise = exact || !dtype_is_float(reference.dtype());
   const double accumulation =
       reduction_length > 1 ? policy.accumulation_weight * std::sqrt(static_cast<double>(reduction_length)) : 0.0;
   Comparison c;

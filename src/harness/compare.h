@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "ir/tensor.h"
@@ -58,9 +59,11 @@ struct Comparison {
   std::string describe() const;  // one line: "max error 3.1e-05 at element 17 (ref 1.25, got 1.2500311) > ..."
 };
 
-// `reference` and `candidate` have the same dtype and shape; `reduction_length` is the K above.
+// `reference` and `candidate` have the same dtype and shape; `reduction_length` is the K above. `precision` is
+// the dtype whose half ulp the baseline takes (task_output_precisions: an exact widening cast's source dtype);
+// by default the output's own.
 Comparison compare_output(const Tensor& reference, const Tensor& candidate, const TolerancePolicy& policy, bool exact,
-                          int64_t reduction_length = 1);
+                          int64_t reduction_length = 1, std::optional<DType> precision = std::nullopt);
 
 // Half the spacing of `dtype` around `value` (subnormal spacing near zero); 0 for non-float dtypes.
 double half_ulp(double value, DType dtype);

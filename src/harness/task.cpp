@@ -69,6 +69,25 @@ int64_t task_reduction_length(const KernelTask& task) {
   return longest;
 }
 
+std::vector<DType> task_output_precisions(const KernelTask& task) {
+  const Graph& g = task.graph;
+  std::vector<DType> out;
+  for (const GraphOutput& o : g.outputs()) {
+    DType precision = g.value(o.value).type.dtype;
+    ValueId v = o.value;
+    // Down a chain of widening casts to the value they started from, unless that is a graph input (exact).
+    while (!g.is_graph_input(v)) {
+      const Node& n = g.node(g.value(v).producer);
+      const DType from = g.value(n.inputs[0]).type.dtype, to = g.value(v).type.dtype;
+      if (n.op != Op::cast || !dtype_is_float(from) || !dtype_is_float(to) || dtype_size(from) >= dtype_size(to)) break;
+      v = n.inputs[0];
+      if (!g.is_graph_input(v)) precision = from;
+    }
+    out.push_back(precision);
+  }
+  return out;
+}
+
 Result<std::vector<Tensor>> run_task_reference(const KernelTask& task, const std::vector<Tensor>& inputs) {
   const Graph& g = task.graph;
   if (inputs.size() != g.inputs().size()) {

@@ -32,6 +32,12 @@ double task_min_bytes(const KernelTask& task);
 // of a row op or GEMM operand, the longer of sequence and head_dim for attention; 1 for elementwise tasks.
 int64_t task_reduction_length(const KernelTask& task);
 
+// Per output, in graph-output order: the dtype whose rounding the output's values carry. An output that is an
+// exact widening cast of a computed value (f32 of a bf16 result) holds that value's precision: a sound
+// implementation that lands one bf16 ulp away near a rounding tie is one bf16 ulp away in the f32 output too,
+// so its baseline (compare.h) is the narrow dtype's. Every other output carries its own dtype.
+std::vector<DType> task_output_precisions(const KernelTask& task);
+
 // The oracle: the reference executor on `inputs` (in graph-input order), outputs in graph-output order.
 Result<std::vector<Tensor>> run_task_reference(const KernelTask& task, const std::vector<Tensor>& inputs);
 

@@ -132,12 +132,14 @@ CandidateOutcome verify_candidate(const KernelTask& task, const std::string& lib
   std::vector<Finding> findings;
   std::vector<ErrorStats> errors, unused;
   const int64_t reduction_length = task_reduction_length(task);
+  const std::vector<DType> precisions = task_output_precisions(task);
   const auto* results = reinterpret_cast<const std::byte*>(run->results.data());
   for (size_t t = 0; t < trials.size(); ++t) {
     const size_t before = findings.size();
     const std::byte* first = results + (2 * t) * layout.bytes;
     const std::byte* second = results + (2 * t + 1) * layout.bytes;
-    const Expectation expected{trials[t].inputs, trials[t].reference, options.tolerance, task.exact, reduction_length};
+    const Expectation expected{trials[t].inputs, trials[t].reference, options.tolerance, task.exact, reduction_length,
+                               precisions};
     check_record(first, request, 0, expected, findings, errors);
     const size_t after_first = findings.size();
     check_record(second, request, 1, expected, findings, unused);

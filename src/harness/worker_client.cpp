@@ -189,8 +189,10 @@ void check_record(const std::byte* record, const WorkerRequest& request, int cal
       findings.push_back(std::move(f));
       continue;
     }
+    const std::optional<DType> precision =
+        i < expected.precisions.size() ? std::optional<DType>(expected.precisions[i]) : std::nullopt;
     const Comparison c = compare_output(expected.reference[i], tensor_from(type, data), expected.policy, expected.exact,
-                                        expected.reduction_length);
+                                        expected.reduction_length, precision);
     merge_error_stats(errors[i], c.stats);
     if (c.kind == Mismatch::none) continue;
     Finding f{c.kind == Mismatch::non_finite ? 4 : 5,

@@ -49,6 +49,7 @@ struct Expectation {
   const TolerancePolicy& policy;
   bool exact;
   int64_t reduction_length;
+  std::vector<DType> precisions;  // per output (task_output_precisions); empty: each output's own dtype
 };
 void check_record(const std::byte* record, const WorkerRequest& request, int call, const Expectation& expected,
                   std::vector<Finding>& findings, std::vector<ErrorStats>& errors);

@@ -36,9 +36,10 @@ Result<std::string> check_candidate(backend::Backend& backend, const backend::Lo
   if (ran.ok()) ran = backend.synchronize();
   if (!ran.ok()) return "launch failed: " + ran.error().message;
   const int64_t k = harness::task_reduction_length(task);
+  const std::vector<DType> precisions = harness::task_output_precisions(task);
   for (size_t o = 0; o < outputs.size(); ++o) {
     KILN_ASSIGN_OR_RETURN(Tensor got, backend.copy_to_host(outputs[o]));
-    const harness::Comparison c = harness::compare_output(reference[o], got, {}, task.exact, k);
+    const harness::Comparison c = harness::compare_output(reference[o], got, {}, task.exact, k, precisions.at(o));
     worst_ratio = std::max(worst_ratio, c.stats.baseline_ratio());
     if (c.kind != harness::Mismatch::none) return fmt::format("output {} mismatches the reference: {}", o, c.describe());
   }

@@ -1,5 +1,6 @@
 // The numerics policy of the verifier (harness/compare.h) on hand-made tensors.
 #include "harness/compare.h"
+#include "harness/task.h"
 
 #include <gtest/gtest.h>
 
@@ -38,6 +39,34 @@ TEST(HarnessCompare, ErrorWithinTheMultipleOfTheBaselinePasses) {
   TolerancePolicy loose;
   loose.baseline_multiple = 16;
   EXPECT_EQ(compare_output(ref, make(DType::f32, {1.0 + 5 * ulp, -0.5, 0.25}), loose, false).kind, Mismatch::none);
+}
+
+// An f32 output that is the exact widening cast of a computed bf16 value carries bf16 precision: one bf16 ulp
+// (a rounding tie computed on the other side) passes there, where at f32 precision it is 128 ulps off. A cast of a
+// graph input (exact) and a value computed in f32 keep f32. Session 34's flaky KernelEmit test judged such an
+// output at f32 and failed once in a few hundred random trials.
+TEST(HarnessCompare, AWideningCastOfAComputedValueIsJudgedAtItsSourcePrecision) {
+  Graph g;
+  const ValueId x = *g.add_input("x", {DType::bf16, {4, 8}}, Binding::per_call);
+  const ValueId y = (*g.add_node(Op::exp, {x}, {}, {"y"}))[0];
+  const ValueId yf = (*g.add_node(Op::cast, {y}, {{"to", std::string("f32")}}, {"yf"}))[0];
+  const ValueId q = (*g.add_node(Op::cast, {y}, {{"to", std::string("f8e4m3")}}, {"q"}))[0];
+  const ValueId qb = (*g.add_node(Op::cast, {q}, {{"to", std::string("bf16")}}, {"qb"}))[0];
+  const ValueId qf = (*g.add_node(Op::cast, {qb}, {{"to", std::string("f32")}}, {"qf"}))[0];
+  const ValueId xf = (*g.add_node(Op::cast, {x}, {{"to", std::string("f32")}}, {"xf"}))[0];
+  const ValueId z = (*g.add_node(Op::exp, {xf}, {}, {"z"}))[0];
+  for (auto [name, v] : {std::pair{"y", y}, {"yf", yf}, {"qf", qf}, {"xf", xf}, {"z", z}}) ASSERT_TRUE(g.add_output(name, v).ok());
+  auto task = make_graph_task(std::move(g));
+  ASSERT_TRUE(task.ok()) << task.error().message;
+  EXPECT_EQ(task_output_precisions(*task),
+            (std::vector<DType>{DType::bf16, DType::bf16, DType::f8e4m3, DType::f32, DType::f32}));
+
+  const Tensor ref = make(DType::f32, {0.71875, 1.0});
+  const Tensor one_bf16_ulp_off = make(DType::f32, {0.71484375, 1.0});
+  EXPECT_EQ(compare_output(ref, one_bf16_ulp_off, {}, false).kind, Mismatch::too_large);
+  EXPECT_EQ(compare_output(ref, one_bf16_ulp_off, {}, false, 1, DType::bf16).kind, Mismatch::none);
+  const Tensor far = make(DType::f32, {0.65625, 1.0});  // 16 bf16 ulps of 0.71875, past 8 half ulps of 1.0
+  EXPECT_EQ(compare_output(ref, far, {}, false, 1, DType::bf16).kind, Mismatch::too_large);
 }
 
 TEST(HarnessCompare, TheBoundIsNormwise) {
