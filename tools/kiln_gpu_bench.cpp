@@ -668,6 +668,13 @@ json bench_tuned_plan(const std::string& spec, double copy_bytes_per_second, int
     }
     const tune::ScheduleMeasurement& def = (*measured)[0];
     k["passed"] = passed;
+    // Every candidate's time (or why it failed): which corner of the schedule space a card favours.
+    json all = json::array();
+    for (const tune::ScheduleMeasurement& m : *measured) {
+      all.push_back(m.passed ? json{{"schedule", kernel::schedule_to_string(m.schedule)}, {"median_ms", m.median_seconds * 1e3}}
+                             : json{{"schedule", kernel::schedule_to_string(m.schedule)}, {"failure", m.failure.substr(0, 200)}});
+    }
+    k["measured"] = all;
     if (!first_failure.empty()) k["first_failure"] = first_failure;
     if (def.passed) k["default_ms"] = def.median_seconds * 1e3;
     if (best) {

@@ -127,6 +127,19 @@ Status DeviceBuffer::download(void* host, int64_t bytes, int64_t offset) const {
   return check(cu().cuMemcpyDtoH(host, ptr_ + offset, static_cast<size_t>(bytes)), "cuMemcpyDtoH");
 }
 
+Result<int64_t> current_device_l2_bytes() {
+  KILN_TRY(require_driver());
+  CUdevice device = 0;
+  int bytes = 0;
+  KILN_TRY(check(cu().cuCtxGetDevice(&device), "cuCtxGetDevice"));
+  KILN_TRY(check(cu().cuDeviceGetAttribute(&bytes, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, device), "cuDeviceGetAttribute"));
+  return int64_t{bytes};
+}
+
+Status DeviceBuffer::fill_words_async(uint32_t word, CUstream stream) const {
+  return check(cu().cuMemsetD32Async(ptr_, word, static_cast<size_t>(bytes_ / 4), stream), "cuMemsetD32Async");
+}
+
 Status DeviceBuffer::fill_bytes(uint8_t value) {
   if (bytes_ == 0) return ok_status();
   return check(cu().cuMemsetD8(ptr_, value, static_cast<size_t>(bytes_)), "cuMemsetD8");

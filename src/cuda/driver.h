@@ -52,6 +52,9 @@ class Context {
   std::shared_ptr<State> state_;
 };
 
+// The L2 cache size of the current context's device.
+Result<int64_t> current_device_l2_bytes();
+
 // Device memory owned by value; moved, never copied.
 class DeviceBuffer {
  public:
@@ -69,6 +72,8 @@ class DeviceBuffer {
   Status upload(const void* host, int64_t bytes, int64_t offset = 0);
   Status download(void* host, int64_t bytes, int64_t offset = 0) const;
   Status fill_bytes(uint8_t value);
+  // Every 32-bit word set to `word`, enqueued on `stream`.
+  Status fill_words_async(uint32_t word, CUstream stream) const;
 
  private:
   CUdeviceptr ptr_ = 0;

@@ -95,7 +95,16 @@ class BlasLt {
   Status run(const GemmDesc& desc, const GemmAlgorithm& algorithm, const GemmArgs& args, CUstream stream) const;
 
   // Median ms of `reps` launches of each algorithm (after warm-up), events on `stream` with the host's launch
-  // latency kept out (cuda/timer.h); rotates over the given argument sets so weights come from memory, not L2.
+  // latency kept out (cuda/timer.h); rotates over the given argument sets, and before each timed launch writes a
+  // buffer twice the L2's size, so that weights come from memory, not L2, as they do in a plan (each weight read
+  // once a run). Timed back to back, a GEMV whose weights fit in the L2 read them from there (H100, 32 MB:
+  // 11.0-13.1 us back to back, 20.1-21.5 us flushed; session 35), and one whose weights outgrow it may read the
+  // tail its previous launch left, as far as its order of reading allows. On the H200, FLUX's modulation GEMV
+  // (m=1, n=36864, k=3072: 226 MB) timed alone ranked #16 7% ahead of the plan's choice while in the plan the two
+  // were level (session 34); that the L2 tail made the difference has not been measured there. The flush leaves
+  // the L2 full of dirty lines whose write-back shares the timed launch's memory (as a previous kernel's outputs
+  // do in a plan): a flushed 32 MB GEMV reads at 1.6 TB/s where a copy streams 3.0 (H100), so these figures rank
+  // algorithms; they are not a GEMV's bandwidth.
   Result<std::vector<double>> benchmark(const GemmDesc& desc, const std::vector<GemmAlgorithm>& algorithms,
                                         const std::vector<GemmArgs>& rotation, CUstream stream, int reps) const;
 

@@ -53,7 +53,7 @@ Result<StreamTimer*> timer_in(std::optional<StreamTimer>& slot) {
 }
 
 Result<std::vector<double>> StreamTimer::samples_ms(CUstream stream, const std::function<Status()>& work, int warmup,
-                                                    int reps) {
+                                                    int reps, const std::function<Status()>& before_each) {
   // The spin follows the work's latest enqueue, not its slowest: a first call that loads modules or JIT-compiles
   // (cuBLASLt's first launch of a kernel: tens of ms) must not set the spin of every sample after it.
   double enqueue = 0;
@@ -69,6 +69,7 @@ Result<std::vector<double>> StreamTimer::samples_ms(CUstream stream, const std::
     for (int attempt = 0; attempt < 2; ++attempt) {
       const double held = std::clamp(kHoldOverEnqueue * enqueue, kMinHoldSeconds, kMaxHoldSeconds);
       unsigned long long ns = static_cast<unsigned long long>(held * 1e9);
+      if (before_each) KILN_TRY(before_each());
       KILN_TRY(launch(hold_, {}, stream, {&ns}));
       const auto t = Clock::now();
       KILN_TRY(start_.record(stream));

@@ -27,8 +27,10 @@ class StreamTimer {
   static Result<StreamTimer> create();
   // Milliseconds of each of `reps` calls of `work` (which only enqueues work on `stream`), after `warmup`
   // calls. The spin lasts three times the work's latest host enqueue (20 us to 5 ms); a sample whose enqueue
-  // outlasted the spin is taken again with a longer one.
-  Result<std::vector<double>> samples_ms(CUstream stream, const std::function<Status()>& work, int warmup, int reps);
+  // outlasted the spin is taken again with a longer one. `before_each` (optional) enqueues untimed work ahead of
+  // each sample's spin (an L2 flush: gemm.h, BlasLt::benchmark).
+  Result<std::vector<double>> samples_ms(CUstream stream, const std::function<Status()>& work, int warmup, int reps,
+                                         const std::function<Status()>& before_each = {});
 
  private:
   StreamTimer(Module module, CUfunction hold, Event start, Event end)
