@@ -13,7 +13,7 @@ int main(int argc, char** argv) {
   // Freed memory stays in the heap for the next allocation of its size instead of going back to the kernel. The
   // fp64 reference allocates and frees buffers of hundreds of MB a node (a FLUX single block's doubles); glibc
   // maps each one afresh and the kernel zeroes every page of it on first touch. Kept, the FLUX single block's
-  // reference ran 32.8 -> 26.9 s on 2 cores (session 35, the same checksum). The process keeps its peak heap.
+  // reference ran 32.8 -> 24.2-26.0 s on 2 cores (session 35, the same checksum). The process keeps its peak heap.
   mallopt(M_MMAP_MAX, 0);
   mallopt(M_TRIM_THRESHOLD, INT_MAX);
 #ifdef KILN_HAS_CUDA
