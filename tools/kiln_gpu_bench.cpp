@@ -606,7 +606,9 @@ json bench_plan(const std::string& spec, int reps, bool fused_only, bool profile
 
 // Each distinct generated kernel of a model's fused plan, searched over its CUDA schedule space in-process
 // (tune/measure_on_backend.h), then the plan with the winners against the plan with default schedules.
-json bench_tuned_plan(const std::string& spec, double copy_bytes_per_second, int reps, size_t max_candidates) {
+// `progress` sees the row as it grows, after each kernel (main writes it out, so a run cut short keeps its kernels).
+json bench_tuned_plan(const std::string& spec, double copy_bytes_per_second, int reps, size_t max_candidates,
+                      const std::function<void(const json&)>& progress) {
   json row = {{"model", spec}};
   auto model = models::build_zoo_model(spec);
   if (!model.ok()) return row["error"] = model.error().message, row;
@@ -695,6 +697,8 @@ json bench_tuned_plan(const std::string& spec, double copy_bytes_per_second, int
                 best ? 100 * lowered->bytes / best->median_seconds / copy_bytes_per_second : 0.0,
                 best ? kernel::schedule_to_string(best->schedule).c_str() : first_failure.c_str(), failed.c_str());
     kernels.push_back(k);
+    row["kernels"] = kernels;
+    progress(row);
   }
   row["kernels"] = kernels;
   row["distinct_kernels_default_ms_sum"] = default_sum * 1e3;
@@ -776,7 +780,19 @@ int main(int argc, char** argv) {
                    {"clock_khz", info.clock_khz}, {"driver_version", info.driver_version}}},
                  {"cublaslt_version", BlasLt::version()},
                  {"nvrtc_version", nvrtc_version()}};
+  // The report is written after each part (a temporary file renamed over the last), so a run cut short by a
+  // timeout keeps what it measured.
+  auto save = [&]() -> bool {
+    const std::string partial = out_path + ".partial";
+    {
+      std::ofstream out(partial);
+      out << report.dump(2) << "\n";
+      if (!out) return false;
+    }
+    return std::rename(partial.c_str(), out_path.c_str()) == 0;
+  };
   report["bandwidth"] = bandwidth(info, k, stream.handle());
+  save();
 
   BlasLt blas = must(BlasLt::create());
   // The GEMMs of FLUX.1-dev's blocks at 1024x1024 (4096 image + 512 text tokens), hidden 3072.
@@ -803,6 +819,7 @@ int main(int argc, char** argv) {
   gemms.push_back(bench_gemm(blas, k, info, stream.handle(), {"double.img.mlp_up", 4096, 12288, 3072}, DType::bf16,
                              GemmScaling::none, GemmEpilogue::bias_gelu, reps));
   report["gemms"] = gemms;
+  save();
 #ifdef KILN_HAS_CUDNN
   report["cudnn_version"] = CudnnAttention::version();
   report["attention"] = json::array();
@@ -810,20 +827,31 @@ int main(int argc, char** argv) {
                                  AttentionLayout::token_major}) {
     report["attention"].push_back(bench_attention(k, info, stream.handle(), layout, reps));
   }
+  save();
 #endif
 
   cuda::register_cuda_backend();
   json plan_rows = json::array();
-  for (const std::string& spec : plans) plan_rows.push_back(bench_plan(spec, reps, fused_only, profile_window, lanes));
+  for (const std::string& spec : plans) {
+    plan_rows.push_back(bench_plan(spec, reps, fused_only, profile_window, lanes));
+    report["plans"] = plan_rows;
+    save();
+  }
   report["plans"] = plan_rows;
   json tuned_rows = json::array();
   const double copy_bytes_per_second = report["bandwidth"]["copy16_kernel_tbps"].get<double>() * 1e12;
-  for (const std::string& spec : tuned_plans) tuned_rows.push_back(bench_tuned_plan(spec, copy_bytes_per_second, reps, max_candidates));
+  for (const std::string& spec : tuned_plans) {
+    auto progress = [&](const json& row) {
+      json rows = tuned_rows;
+      rows.push_back(row);
+      report["tuned_plans"] = rows;
+      save();
+    };
+    tuned_rows.push_back(bench_tuned_plan(spec, copy_bytes_per_second, reps, max_candidates, progress));
+  }
   report["tuned_plans"] = tuned_rows;
 
-  std::ofstream out(out_path);
-  out << report.dump(2) << "\n";
-  if (!out) {
+  if (!save()) {
     std::fprintf(stderr, "kiln-gpu-bench: cannot write %s\n", out_path.c_str());
     return 1;
   }
