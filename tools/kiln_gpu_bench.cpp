@@ -831,13 +831,11 @@ int main(int argc, char** argv) {
 #endif
 
   cuda::register_cuda_backend();
-  json plan_rows = json::array();
+  report["plans"] = json::array();
   for (const std::string& spec : plans) {
-    plan_rows.push_back(bench_plan(spec, reps, fused_only, profile_window, lanes));
-    report["plans"] = plan_rows;
+    report["plans"].push_back(bench_plan(spec, reps, fused_only, profile_window, lanes));
     save();
   }
-  report["plans"] = plan_rows;
   json tuned_rows = json::array();
   const double copy_bytes_per_second = report["bandwidth"]["copy16_kernel_tbps"].get<double>() * 1e12;
   for (const std::string& spec : tuned_plans) {
