@@ -607,8 +607,10 @@ json bench_plan(const std::string& spec, int reps, bool fused_only, bool profile
 // Each distinct generated kernel of a model's fused plan, searched over its CUDA schedule space in-process
 // (tune/measure_on_backend.h), then the plan with the winners against the plan with default schedules.
 // `progress` sees the row as it grows, after each kernel (main writes it out, so a run cut short keeps its kernels).
+// `row_loop_ab`: instead of the search, each kernel's default schedule and its Schedule::row_loop variants, twice
+// in turn (A B C D A B C D), so the order's drift shows.
 json bench_tuned_plan(const std::string& spec, double copy_bytes_per_second, int reps, size_t max_candidates,
-                      const std::function<void(const json&)>& progress) {
+                      bool row_loop_ab, const std::function<void(const json&)>& progress) {
   json row = {{"model", spec}};
   auto model = models::build_zoo_model(spec);
   if (!model.ok()) return row["error"] = model.error().message, row;
@@ -642,9 +644,23 @@ json bench_tuned_plan(const std::string& spec, double copy_bytes_per_second, int
     search_options.max_candidates = max_candidates;
     search_options.first_round = std::min<size_t>(max_candidates, 12);
     search_options.measure = {{3, reps}, 1};
-    auto search = tune::search_schedules_on_backend(gpu, *lowered, *task,
-                                                    kernel::default_schedule(*lowered, kernel::Target::cuda, sms),
-                                                    search_options);
+    const kernel::Schedule initial = kernel::default_schedule(*lowered, kernel::Target::cuda, sms);
+    auto search = [&]() -> Result<tune::BackendSearch> {
+      if (!row_loop_ab) return tune::search_schedules_on_backend(gpu, *lowered, *task, initial, search_options);
+      std::vector<kernel::Schedule> round = {initial};
+      for (int turns : {0, 2, 4}) {
+        kernel::Schedule s = initial;
+        s.row_loop = turns;
+        if (kernel::can_implement(*lowered, s, kernel::Target::cuda).ok()) round.push_back(s);
+      }
+      if (round.size() == 1) return make_error(ErrorCode::unsupported, "no row_loop variant");
+      const size_t n = round.size();
+      for (size_t i = 0; i < n; ++i) round.push_back(round[i]);
+      tune::BackendSearch out;
+      KILN_ASSIGN_OR_RETURN(out.measured, tune::measure_schedules_on_backend(gpu, *lowered, *task, round, search_options.measure));
+      out.rounds = 1;
+      return out;
+    }();
     json k = {{"kernel", g.node_label(members[0])}, {"members", members.size()}, {"hash", hash},
               {"bytes", lowered->bytes}, {"uses", t.occurrences}};
     if (!search.ok()) {
@@ -735,7 +751,7 @@ int main(int argc, char** argv) {
   std::string out_path;
   std::vector<std::string> plans, tuned_plans;
   size_t max_candidates = 64;
-  bool quick = false, fused_only = false, profile_window = false;
+  bool quick = false, fused_only = false, profile_window = false, row_loop_ab = false;
   int lanes = 1;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
@@ -743,17 +759,18 @@ int main(int argc, char** argv) {
     else if (arg == "--plan" && i + 1 < argc) plans.push_back(argv[++i]);
     else if (arg == "--tune-plan" && i + 1 < argc) tuned_plans.push_back(argv[++i]);
     else if (arg == "--max-candidates" && i + 1 < argc) max_candidates = std::stoul(argv[++i]);
+    else if (arg == "--row-loop-ab") row_loop_ab = true;
     else if (arg == "--quick") quick = true;
     else if (arg == "--fused-only") fused_only = true;
     else if (arg == "--lanes" && i + 1 < argc) lanes = std::max(1, std::stoi(argv[++i]));
     else if (arg == "--profile-window") profile_window = true;
     else {
-      std::fprintf(stderr, "usage: kiln-gpu-bench --out FILE.json [--quick] [--fused-only] [--lanes N] [--profile-window] [--plan ZOO_SPEC]... [--tune-plan ZOO_SPEC]... [--max-candidates N]\n");
+      std::fprintf(stderr, "usage: kiln-gpu-bench --out FILE.json [--quick] [--fused-only] [--lanes N] [--profile-window] [--plan ZOO_SPEC]... [--tune-plan ZOO_SPEC]... [--max-candidates N] [--row-loop-ab]\n");
       return 2;
     }
   }
   if (out_path.empty()) {
-    std::fprintf(stderr, "usage: kiln-gpu-bench --out FILE.json [--quick] [--fused-only] [--lanes N] [--profile-window] [--plan ZOO_SPEC]... [--tune-plan ZOO_SPEC]... [--max-candidates N]\n");
+    std::fprintf(stderr, "usage: kiln-gpu-bench --out FILE.json [--quick] [--fused-only] [--lanes N] [--profile-window] [--plan ZOO_SPEC]... [--tune-plan ZOO_SPEC]... [--max-candidates N] [--row-loop-ab]\n");
     return 2;
   }
   Context context = must(Context::open(0));
@@ -845,7 +862,7 @@ int main(int argc, char** argv) {
       report["tuned_plans"] = rows;
       save();
     };
-    tuned_rows.push_back(bench_tuned_plan(spec, copy_bytes_per_second, reps, max_candidates, progress));
+    tuned_rows.push_back(bench_tuned_plan(spec, copy_bytes_per_second, reps, max_candidates, row_loop_ab, progress));
   }
   report["tuned_plans"] = tuned_rows;
 

@@ -139,12 +139,18 @@ class CudaBackend final : public backend::Backend {
     }
     KILN_ASSIGN_OR_RETURN(Module loaded, Module::load(cached->second));
     std::vector<CUfunction> functions;
-    for (const kernel::EmittedKernel& k : module.kernels) {
+    std::vector<kernel::EmittedKernel> kernels = module.kernels;
+    for (kernel::EmittedKernel& k : kernels) {
       KILN_ASSIGN_OR_RETURN(CUfunction f, loaded.function(k.entry));
       functions.push_back(f);
+      // Schedule::row_loop 0: one wave, as many blocks as the device holds at once, each taking tasks in turns.
+      if (k.schedule.row_loop == 0) {
+        KILN_ASSIGN_OR_RETURN(int per_unit, cuda::resident_blocks_per_multiprocessor(f, k.block_x * k.block_y));
+        k.grid = std::clamp<int64_t>(int64_t{per_unit} * context_.info().multiprocessors, 1, k.grid);
+      }
     }
     return std::shared_ptr<backend::LoadedModule>(
-        std::make_shared<CudaModule>(std::move(loaded), std::move(functions), module.kernels));
+        std::make_shared<CudaModule>(std::move(loaded), std::move(functions), std::move(kernels)));
   }
 
   Status launch(const backend::LoadedModule& module, int index, std::span<const DeviceTensor> inputs,

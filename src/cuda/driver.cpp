@@ -199,6 +199,14 @@ Result<CUfunction> Module::function(const std::string& name) const {
   return function;
 }
 
+Result<int> resident_blocks_per_multiprocessor(CUfunction function, int threads) {
+  KILN_TRY(require_driver());
+  int blocks = 0;
+  KILN_TRY(check(cu().cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, function, threads, 0),
+                 "cuOccupancyMaxActiveBlocksPerMultiprocessor"));
+  return blocks;
+}
+
 Status launch(CUfunction function, const LaunchShape& shape, CUstream stream, std::vector<void*> args) {
   KILN_TRY(require_driver());
   if (shape.shared_bytes > 48 * 1024) {

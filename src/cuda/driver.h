@@ -145,6 +145,10 @@ Status copy_to_host(void* host_dst, const void* device_src, size_t bytes);
 // Launches `function` with kernel arguments given as pointers to their values (the driver's convention).
 Status launch(CUfunction function, const LaunchShape& shape, CUstream stream, std::vector<void*> args);
 
+// How many blocks of `threads` threads (no dynamic shared memory) of `function` one multiprocessor holds at once,
+// as its registers and shared memory allow.
+Result<int> resident_blocks_per_multiprocessor(CUfunction function, int threads);
+
 // A captured and instantiated CUDA graph of the work issued on one stream between begin and end.
 class CapturedGraph {
  public:

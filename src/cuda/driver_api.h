@@ -22,7 +22,8 @@ namespace kiln::cuda {
   X(cuEventRecord) X(cuStreamWaitEvent) X(cuEventSynchronize) X(cuEventElapsedTime) X(cuModuleLoadData) X(cuModuleUnload)          \
   X(cuModuleGetFunction) X(cuFuncSetAttribute) X(cuFuncGetAttribute) X(cuLaunchKernel)                        \
   X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuGraphInstantiate) X(cuGraphDestroy) X(cuGraphExecDestroy) \
-  X(cuGraphLaunch) X(cuGraphGetNodes) X(cuProfilerStart) X(cuProfilerStop) X(cuCtxGetDevice)
+  X(cuGraphLaunch) X(cuGraphGetNodes) X(cuProfilerStart) X(cuProfilerStop) X(cuCtxGetDevice)                  \
+  X(cuOccupancyMaxActiveBlocksPerMultiprocessor)
 
 struct DriverApi {
 #define KILN_CUDA_DECLARE(name) decltype(&::name) name = nullptr;

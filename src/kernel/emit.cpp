@@ -45,7 +45,9 @@ class Dialect {
   virtual ~Dialect() = default;
   virtual Target target() const = 0;
   virtual std::string prelude() const = 0;
-  virtual std::string kernel_begin(const KernelContext& c) const = 0;  // up to where row `r` and row vars exist
+  // Up to where row `r` and row vars exist. `before_rows`: code placed once per thread before its first row
+  // (CUDA with Schedule::row_loop: the first row's prefetch); empty elsewhere.
+  virtual std::string kernel_begin(const KernelContext& c, const std::string& before_rows = "") const = 0;
   virtual std::string kernel_end(const KernelContext& c) const = 0;
   virtual std::string buffer(int stage, const std::string& offset) const = 0;
   // Opens a loop over `var`. `spread`: the innermost loop of a stage, which a target may split over threads.
@@ -392,7 +394,8 @@ class CpuDialect final : public Dialect {
     }
     return out;
   }
-  std::string kernel_begin(const KernelContext& c) const override {
+  std::string kernel_begin(const KernelContext& c, const std::string& before_rows) const override {
+    KILN_CHECK(before_rows.empty());
     std::string out = fmt::format("static void {}_body(const kiln_tensor* kiln_in, kiln_tensor* kiln_out, int64_t kiln_r0, int64_t kiln_r1) {{\n", c.entry);
     for (size_t i = 0; i < c.k.inputs.size(); ++i) {
       const char* t = storage_type(c.k.inputs[i].type.dtype);
@@ -604,6 +607,10 @@ class CpuDialect final : public Dialect {
   }
 };
 
+// CUDA: the blocks' tasks (rows_per_task rows each). With Schedule::row_loop other than 1 a block takes task
+// blockIdx.x, then every gridDim.x-th after it (kiln_task); the grid is smaller than the tasks.
+int64_t cuda_tasks(const Kernel& k, const Schedule& s) { return (k.rows + s.rows_per_task - 1) / s.rows_per_task; }
+
 class CudaDialect final : public Dialect {
  public:
   Target target() const override { return Target::cuda; }
@@ -617,7 +624,7 @@ class CudaDialect final : public Dialect {
            "KILN_FN int kiln_clamp(int i, int hi) { return i < 0 ? 0 : (i > hi ? hi : i); }\n" +
            std::string(kCudaCoarseMath);
   }
-  std::string kernel_begin(const KernelContext& c) const override {
+  std::string kernel_begin(const KernelContext& c, const std::string& before_rows) const override {
     const int bx = c.s.threads_per_row;
     const int64_t by = c.s.rows_per_task;
     std::string params;
@@ -631,9 +638,7 @@ class CudaDialect final : public Dialect {
     // Index arithmetic in 32 bits where every index fits: 64-bit adds, multiplies, divisions and compares
     // are two to several instructions each, per element.
     out += fmt::format("  typedef {} kiln_idx;\n", c.int32_indices ? "int" : "long long");
-    out += fmt::format("  const int kiln_lane = threadIdx.x;\n  const kiln_idx kiln_row = (kiln_idx)blockIdx.x * {} + threadIdx.y;\n"
-                       "  const bool kiln_active = kiln_row < {};\n  const kiln_idx r = kiln_active ? kiln_row : {};\n",
-                       by, c.k.rows, std::max<int64_t>(0, c.k.rows - 1));
+    out += "  const int kiln_lane = threadIdx.x;\n";
     bool any_buffer = false;
     for (size_t i = 0; i < c.k.stages.size(); ++i) {
       const Stage& st = c.k.stages[i];
@@ -663,10 +668,26 @@ class CudaDialect final : public Dialect {
       for (size_t i = 0; i < c.k.outputs.size(); ++i) any += fmt::format(" | (unsigned long long)out{}", i);
       out += fmt::format("  const bool kiln_vec_ok = (({}) & 15ull) == 0ull;\n", any);
     }
+    out += before_rows;
+    const bool turns = c.s.row_loop != 1;
+    if (turns) {
+      out += fmt::format("  for (kiln_idx kiln_task = blockIdx.x; kiln_task < {}; kiln_task += gridDim.x) {{\n", cuda_tasks(c.k, c.s));
+    }
+    out += fmt::format("  const kiln_idx kiln_row = {} * {} + threadIdx.y;\n  const bool kiln_active = kiln_row < {};\n"
+                       "  const kiln_idx r = kiln_active ? kiln_row : {};\n",
+                       turns ? "kiln_task" : "(kiln_idx)blockIdx.x", by, c.k.rows, std::max<int64_t>(0, c.k.rows - 1));
     out += "  {\n" + row_vars_code(c.k, "r");
     return out;
   }
-  std::string kernel_end(const KernelContext&) const override { return "  }\n}\n"; }
+  std::string kernel_end(const KernelContext& c) const override {
+    if (c.s.row_loop == 1) return "  }\n}\n";
+    // A block's next task writes the shared memory this one's threads may still be reading, unless a barrier of
+    // the next task comes first for every word: the exchange slots of two or more reductions each wait for the
+    // exchange after them (schedule.h, reduction_exchanges), a row buffer or a lone exchange does not.
+    const bool shared_rows = std::find(c.place.begin(), c.place.end(), RowBuffer::shared) != c.place.end();
+    const bool lone_exchange = c.s.threads_per_row > 32 && c.reduction_exchanges == 1;
+    return std::string("  }\n") + (shared_rows || lone_exchange ? "  __syncthreads();\n" : "") + "  }\n}\n";
+  }
   std::string buffer(int stage, const std::string& offset) const override {
     return fmt::format("s{}[threadIdx.y][kiln_at({})]", stage, offset);
   }
@@ -761,6 +782,7 @@ class KernelWriter {
     }
     const bool several_passes = written.size() > 1 && k_.has_reduction();
     if (several_passes) prefetch_stage_ = static_cast<int>(written.front());
+    if (several_passes && d_.target() == Target::cuda && c_.s.row_loop != 1) row_turn_stage_ = prefetch_stage_;
     for (size_t i : written) {
       const Stage& s = k_.stages[i];
       if (several_passes && i == written.back() && !prefetch_spread_) out += d_.next_row_prefetch(c_);
@@ -769,12 +791,21 @@ class KernelWriter {
       // Only a shared buffer is read by other threads than its writer (a reduction's exchange has its own).
       if (c_.place[i] == RowBuffer::shared) out += d_.barrier();
       out += "    }\n";
+      if (static_cast<int>(i) == row_turn_stage_ && !turn_loads_.empty()) out += turn_loads_code("kiln_task + gridDim.x");
     }
     std::string tables;  // inside the row loop: a load and a predicted branch per row
     for (int t : used_tables_) {
       tables += fmt::format("    const {1}* __restrict kiln_t{0} = kiln_tab{0}();\n", t, value_tables_[static_cast<size_t>(t)].type);
     }
-    return d_.kernel_begin(c_) + tables + out + d_.kernel_end(c_);
+    std::string before_rows;
+    if (!turn_loads_.empty()) {
+      for (size_t j = 0; j < turn_loads_.size(); ++j) {
+        const auto [word, words] = vector_words(turn_loads_[j].dtype, c_.s.vector_width);
+        before_rows += fmt::format("  {} kiln_pf{}[{}][{}];\n", word, j, turn_steps_.steps, words);
+      }
+      before_rows += turn_loads_code("(kiln_idx)blockIdx.x");
+    }
+    return d_.kernel_begin(c_, before_rows) + tables + out + d_.kernel_end(c_);
   }
 
  private:
@@ -831,8 +862,10 @@ class KernelWriter {
       if (!vectorizable(s)) return write_stage(i, false, false);
       // A row in registers is indexed by the vector step: the unaligned path keeps the steps, loading and
       // storing element by element.
-      return "      if (kiln_vec_ok) {\n" + write_stage(i, true, true) + "      } else {\n" +
-             write_stage(i, c_.register_rows, false) + "      }\n";
+      turn_loads_open_ = depth == 0 && i == row_turn_stage_;
+      const std::string wide = write_stage(i, true, true);
+      turn_loads_open_ = false;
+      return "      if (kiln_vec_ok) {\n" + wide + "      } else {\n" + write_stage(i, c_.register_rows, false) + "      }\n";
     }
     const Expr& e = k_.exprs[select];
     std::string out = fmt::format("      if (({}) < {}) {{\n", idx(e.condition), e.bound);
@@ -908,12 +941,54 @@ class KernelWriter {
   // A local array of `elements` values (the vector width unless given) read or written as whole 16-byte (or
   // smaller) words.
   std::string vector_copy(const std::string& to, const std::string& from, DType dtype, int64_t elements = 0) const {
-    if (elements == 0) elements = c_.s.vector_width;
-    const int64_t bytes = elements * static_cast<int64_t>(dtype_size(dtype));
-    const char* word = bytes >= 16 ? "uint4" : bytes == 8 ? "uint2" : bytes == 4 ? "uint32_t" : bytes == 2 ? "uint16_t" : "uint8_t";
-    const int64_t words = bytes >= 16 ? bytes / 16 : 1;
+    const auto [word, words] = vector_words(dtype, elements == 0 ? c_.s.vector_width : elements);
     return fmt::format("for (int kiln_q = 0; kiln_q < {0}; ++kiln_q) (({1}*)({2}))[kiln_q] = ((const {1}*)({3}))[kiln_q];\n",
                        words, word, to, from);
+  }
+  // The words `elements` values of `dtype` are read or written as: 16-byte ones, or one smaller word.
+  static std::pair<const char*, int64_t> vector_words(DType dtype, int64_t elements) {
+    const int64_t bytes = elements * static_cast<int64_t>(dtype_size(dtype));
+    const char* word = bytes >= 16 ? "uint4" : bytes == 8 ? "uint2" : bytes == 4 ? "uint32_t" : bytes == 2 ? "uint16_t" : "uint8_t";
+    return {word, bytes >= 16 ? bytes / 16 : 1};
+  }
+
+  // Schedule::row_loop (CUDA): a wide load of the row's first pass whose place depends only on the row and the
+  // vector loop is read from the registers kiln_pf<j>, which the previous turn filled (turn_loads_code); the
+  // expression to copy the step's words from, or "" for a load from memory.
+  std::string turn_load_source(const Expr& e) {
+    if (!turn_loads_open_ || vec_.steps == 0) return "";
+    bool per_row = false;
+    for (int v : index_vars(e.offset)) {
+      const bool row = std::find(k_.row_vars.begin(), k_.row_vars.end(), v) != k_.row_vars.end();
+      if (!row && v != vec_.var) return "";
+      per_row = per_row || row;
+    }
+    if (!per_row) return "";  // the same words for every row: in the cache already
+    const std::string base = idx_at_vector_base(e.offset);
+    auto same = [&](const TurnLoad& t) { return t.param == e.param && t.base == base; };
+    auto it = std::find_if(turn_loads_.begin(), turn_loads_.end(), same);
+    if (it == turn_loads_.end()) {
+      turn_loads_.push_back({e.param, base, k_.inputs[e.param].type.dtype});
+      it = turn_loads_.end() - 1;
+    }
+    turn_steps_ = {vec_.steps, vec_.step};
+    return fmt::format("kiln_pf{}[kiln_it]", it - turn_loads_.begin());
+  }
+  // The loads turn_load_source reads, for the thread's row of block task `task` (its row clamped to the last, as
+  // the row itself is), where the tensors are aligned and the task exists.
+  std::string turn_loads_code(const std::string& task) const {
+    std::string out = fmt::format("    if (kiln_vec_ok && {} < {}) {{\n", task, cuda_tasks(k_, c_.s));
+    out += fmt::format("    const kiln_idx kiln_row = ({0}) * {1} + threadIdx.y;\n    const kiln_idx r = kiln_row < {2} ? kiln_row : {3};\n",
+                       task, c_.s.rows_per_task, k_.rows, std::max<int64_t>(0, k_.rows - 1));
+    out += row_vars_code(k_, "r");
+    out += fmt::format("    #pragma unroll\n    for (kiln_idx kiln_it = 0, kiln_vb = (kiln_idx)kiln_lane * {}; kiln_it < {}; "
+                       "++kiln_it, kiln_vb += {}) {{\n",
+                       c_.s.vector_width, turn_steps_.steps, turn_steps_.step);
+    for (size_t j = 0; j < turn_loads_.size(); ++j) {
+      const TurnLoad& t = turn_loads_[j];
+      out += "      " + vector_copy(fmt::format("kiln_pf{}[kiln_it]", j), fmt::format("in{} + {}", t.param, t.base), t.dtype);
+    }
+    return out + "    }\n    }\n";
   }
 
   // A load whose elements of one vector step all lie in one aligned span (offset_in_vector_span): the span is
@@ -971,7 +1046,9 @@ class KernelWriter {
         if (wide_ && vec_.var >= 0 && !clamp && contiguous_in(e.offset, vec_.var, c_.s.vector_width)) {
           const std::string arr = "kiln_vin" + std::to_string(vec_.arrays++);
           vec_.pre += fmt::format("alignas(16) {} {}[{}];\n", storage_type(p.type.dtype), arr, c_.s.vector_width);
-          vec_.pre += vector_copy(arr, fmt::format("in{} + {}", e.param, idx_at_vector_base(e.offset)), p.type.dtype);
+          const std::string from = turn_load_source(e);
+          vec_.pre += vector_copy(arr, from.empty() ? fmt::format("in{} + {}", e.param, idx_at_vector_base(e.offset)) : from,
+                                  p.type.dtype);
           ref = arr + "[kiln_vj]";
         } else if (wide_ && vec_.var >= 0 && !clamp) {
           if (auto spanned = span_load(e)) ref = *spanned;
@@ -1227,6 +1304,8 @@ class KernelWriter {
         // vector loads are all in flight together rather than one round trip to memory per step.
         code_ += indent_ + fmt::format("#pragma unroll\n{}for (kiln_idx kiln_it = 0, kiln_vb = (kiln_idx)kiln_lane * {}; "
                                        "kiln_it < {}; ++kiln_it, kiln_vb += {}) {{\n", indent_, width, extent / step, step);
+        vec_.steps = extent / step;
+        vec_.step = step;
       } else {
         code_ += indent_ + fmt::format("for (kiln_idx kiln_vb = (kiln_idx)kiln_lane * {0}; kiln_vb < {1}; kiln_vb += {2}) {{\n",
                                        width, extent, step);
@@ -1773,6 +1852,7 @@ class KernelWriter {
     int var = -1;
     int level = 0;
     int arrays = 0;
+    int64_t steps = 0, step = 0;  // the unrolled form's steps and elements a step covers (0: a plain loop)
     std::string pre, post;
     std::map<std::string, std::string> spans;  // param:span:base -> the local array holding it (span_load)
   };
@@ -1798,6 +1878,19 @@ class KernelWriter {
   } pair_;
   int prefetch_stage_ = -1;       // the stage whose pass over a row may carry the next rows' prefetch
   bool prefetch_spread_ = false;  // it did
+  // Schedule::row_loop (CUDA): the stage (the row's first pass) whose wide per-row loads the previous turn
+  // issues, whether its vector branch is being written, those loads, and their unrolled loop.
+  int row_turn_stage_ = -1;
+  bool turn_loads_open_ = false;
+  struct TurnLoad {
+    int param;
+    std::string base;  // the step's first element, in row variables and kiln_vb
+    DType dtype;
+  };
+  std::vector<TurnLoad> turn_loads_;
+  struct {
+    int64_t steps = 0, step = 0;
+  } turn_steps_;
 };
 
 // The largest magnitude any partial sum of `e` (or of an expression inside a division or modulo) can take,
@@ -1906,7 +1999,9 @@ Result<EmittedModule> emit_module(const std::vector<KernelToEmit>& kernels, Targ
     if (target == Target::cuda) {
       ek.block_x = item.schedule.threads_per_row;
       ek.block_y = static_cast<int>(item.schedule.rows_per_task);
-      ek.grid = (k.rows + item.schedule.rows_per_task - 1) / item.schedule.rows_per_task;
+      // row_loop 0: the backend lowers the grid to the blocks the device holds at once (LoadedModule).
+      const int64_t tasks = cuda_tasks(k, item.schedule), turns = std::max(1, item.schedule.row_loop);
+      ek.grid = (tasks + turns - 1) / turns;
     }
     module.kernels.push_back(ek);
   }
@@ -1928,7 +2023,8 @@ Result<std::string> emit_harness_candidate(const Kernel& kernel, const Schedule&
 
 std::string cuda_parameter_doc() {
   return "one pointer per kernel input (const, storage type), then one per output, in kernel order; grid = "
-         "ceil(rows / rows_per_task) blocks of (threads_per_row, rows_per_task) threads";
+         "ceil(rows / rows_per_task) blocks of (threads_per_row, rows_per_task) threads, or fewer that take those "
+         "tasks in turns (Schedule::row_loop)";
 }
 
 }  // namespace kiln::kernel

@@ -256,6 +256,7 @@ std::string schedule_to_json(const Schedule& s) {
   if (s.pairs) j["pairs"] = true;
   if (s.moments) j["moments"] = true;
   if (s.gathers) j["gathers"] = true;
+  if (s.row_loop != 1) j["row_loop"] = s.row_loop;
   return j.dump();
 }
 
@@ -289,6 +290,8 @@ Result<Schedule> schedule_from_json(const std::string& text) {
       KILN_TRY(integer(s.vector_width));
     } else if (key == "unroll") {
       KILN_TRY(integer(s.unroll));
+    } else if (key == "row_loop") {
+      KILN_TRY(integer(s.row_loop));
     } else if (key == "registers" || key == "cache_row" || key == "tables" || key == "stream_stores" || key == "pairs" ||
                key == "moments" || key == "gathers") {
       if (!value.is_boolean()) return make_error(ErrorCode::parse_error, "schedule field '" + key + "' must be a boolean");
@@ -303,7 +306,7 @@ Result<Schedule> schedule_from_json(const std::string& text) {
       return make_error(ErrorCode::parse_error,
                         "unknown schedule field '" + key +
                             "' (fields: rows_per_task, threads, threads_per_row, vector_width, cache_row, unroll, "
-                            "registers, tables, stream_stores, pairs, moments, gathers)");
+                            "registers, tables, stream_stores, pairs, moments, gathers, row_loop)");
     }
   }
   return s;
@@ -317,10 +320,11 @@ int64_t cuda_row_buffer_floats(int64_t local_size, const Schedule& s) {
 }
 
 std::string schedule_to_string(const Schedule& s) {
-  return fmt::format("rows={} threads={} tpr={} vec={} {} unroll={}{}{}{}{}{}{}", s.rows_per_task, s.threads,
+  return fmt::format("rows={} threads={} tpr={} vec={} {} unroll={}{}{}{}{}{}{}{}", s.rows_per_task, s.threads,
                      s.threads_per_row, s.vector_width, s.cache_row ? "cache" : "reread", s.unroll,
                      s.registers ? "" : " smem", s.tables ? " tables" : "", s.gathers ? " gathers" : "",
-                     s.stream_stores ? " stream" : "", s.pairs ? " pairs" : "", s.moments ? " moments" : "");
+                     s.stream_stores ? " stream" : "", s.pairs ? " pairs" : "", s.moments ? " moments" : "",
+                     s.row_loop == 1 ? "" : s.row_loop == 0 ? " loop=resident" : fmt::format(" loop={}", s.row_loop));
 }
 
 Status can_implement(const Kernel& k, const Schedule& s, Target target) {
@@ -330,6 +334,7 @@ Status can_implement(const Kernel& k, const Schedule& s, Target target) {
     return field_error("vector_width", fmt::format("must be a power of two <= 64, got {}", s.vector_width));
   }
   if (s.unroll < 1 || s.unroll > 16) return field_error("unroll", fmt::format("must be in 1..16, got {}", s.unroll));
+  if (s.row_loop < 0 || s.row_loop > 16) return field_error("row_loop", fmt::format("must be in 0..16, got {}", s.row_loop));
   if (!power_of_two(s.threads_per_row) || s.threads_per_row > 1024) {
     return field_error("threads_per_row", fmt::format("must be a power of two <= 1024, got {}", s.threads_per_row));
   }
@@ -361,6 +366,10 @@ Status can_implement(const Kernel& k, const Schedule& s, Target target) {
         return field_error("pairs", "is set but the kernel's loops do not read and write bf16 rows a word at a time");
       }
     }
+    if (s.row_loop != 1) {
+      return field_error("row_loop", fmt::format("is a CUDA field (rows a block's row slot takes in turn); must be 1 on "
+                                                 "the CPU, got {}", s.row_loop));
+    }
     if (s.moments) {
       if (s.vector_width < 2) return field_error("moments", "needs vector_width >= 2 (the lanes of a row's reduction)");
       if (!has_central_moments(k)) {
@@ -381,6 +390,10 @@ Status can_implement(const Kernel& k, const Schedule& s, Target target) {
       return field_error("threads_per_row",
                          fmt::format("{} x rows_per_task {} is not a whole number of warps (32 threads) on CUDA",
                                      s.threads_per_row, s.rows_per_task));
+    }
+    if (s.row_loop > 1 && s.rows_per_task * s.row_loop > k.rows) {  // a block would take no second task
+      return field_error("row_loop", fmt::format("x rows_per_task = {} exceeds the kernel's {} rows",
+                                                 s.rows_per_task * s.row_loop, k.rows));
     }
     if (s.rows_per_task * s.threads_per_row > 1024) {
       return field_error("rows_per_task", fmt::format("x threads_per_row = {} exceeds 1024 threads per block",
@@ -525,6 +538,12 @@ std::vector<Schedule> schedule_space(const Kernel& k, Target target, int cores) 
           Schedule s{rpt, 1, tpr, vec, cache, 1};
           if (!can_implement(k, s, target).ok()) continue;
           out.push_back(s);
+          // A kernel with several passes over a row: rows taken in turns, the next one's loads in flight.
+          for (int turns : {0, 2, 4}) {
+            Schedule turned = s;
+            turned.row_loop = turns;
+            if (k.has_reduction() && can_implement(k, turned, target).ok()) out.push_back(turned);
+          }
           // The same rows with every buffer in shared memory, where some would be in registers.
           const std::vector<RowBuffer> place = cuda_row_buffers(k, s);
           s.registers = false;

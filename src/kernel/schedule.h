@@ -27,6 +27,12 @@
 //                    variance) accumulate in one pass over the row instead of two: each lane sums its elements'
 //                    deviations from its first element and their squares, and the lanes combine as Chan et al.'s
 //                    pairwise update, so no sum of squares is cancelled against a large mean
+//   row_loop         CUDA: 1, a block per task of rows_per_task rows; otherwise fewer blocks that take the tasks
+//                    in turns (block b: tasks b, b + grid, ...): row_loop tasks a block, or 0, as many blocks as
+//                    the device holds at once (the backend sets the grid from the kernel's occupancy). In a kernel
+//                    with several passes over a row, the first pass's vector loads of the block's next task are
+//                    issued into registers as soon as this task's first pass has read them, so they are in flight
+//                    while this task reduces and stores
 #pragma once
 
 #include <cstdint>
@@ -51,6 +57,7 @@ struct Schedule {
   bool pairs = false;
   bool moments = false;
   bool gathers = false;
+  int row_loop = 1;
   bool operator==(const Schedule& other) const = default;
 };
 

@@ -126,6 +126,71 @@ TEST(GpuBackend, ReductionExchangesMatchTheReferenceAtEveryRowWidth) {
   EXPECT_EQ(checked, 6);
 }
 
+// Schedule::row_loop: blocks that take their tasks in turns, the next task's first-pass loads issued before this
+// task's reductions, against the reference: a modulated layernorm + amax (three reductions alternating their
+// exchange slots), the same with its rows in shared memory and an rmsnorm (one exchange: a barrier ends each
+// task), rows of 128 (eight a block, sub-warp reductions) and a mean per part inside the row loop (the exchange
+// written again in a loop), at row counts no grid divides. With 0 the backend lowers the grid to one resident
+// wave: fewer blocks than tasks, each taking several.
+TEST(GpuBackend, RowTurnsMatchTheReference) {
+  KILN_REQUIRE_CUDA_BACKEND();
+  auto norm = [](int64_t rows, int64_t cols) {
+    Graph g;
+    const ValueId x = *g.add_input("x", {DType::bf16, {rows, cols}}, Binding::per_call);
+    const ValueId w = *g.add_input("w", {DType::bf16, {cols}}, Binding::per_call);
+    KILN_CHECK(g.add_output("y", (*g.add_node(Op::rmsnorm, {x, w}, {}, {"y"}))[0]).ok());
+    return g;
+  };
+  Graph ln;
+  {
+    const ValueId x = *ln.add_input("x", {DType::bf16, {4099, 3072}}, Binding::per_call);
+    const ValueId scale = *ln.add_input("scale", {DType::bf16, {1, 3072}}, Binding::per_call);
+    const ValueId shift = *ln.add_input("shift", {DType::bf16, {1, 3072}}, Binding::per_call);
+    const ValueId n = (*ln.add_node(Op::layernorm, {x}, {}, {"n"}))[0];
+    const ValueId y = (*ln.add_node(Op::add, {(*ln.add_node(Op::mul, {n, scale}, {}, {"m"}))[0], shift}, {}, {"y"}))[0];
+    KILN_CHECK(ln.add_output("y", y).ok());
+    KILN_CHECK(ln.add_output("amax", (*ln.add_node(Op::reduce_amax, {y}, {{"axes", std::vector<int64_t>{-1}}, {"keepdims", int64_t{1}}}, {"amax"}))[0]).ok());
+  }
+  const std::vector<Graph> graphs = {ln, norm(1001, 3072), norm(8193, 128), testing::mean_per_part_then_max_graph()};
+  int checked = 0;
+  for (const Graph& g : graphs) {
+    auto optimized = passes::run_pipeline(g, testing::pipeline_for(gpu));
+    ASSERT_TRUE(optimized.ok()) << optimized.error().message;
+    const std::vector<passes::FusedGroup> groups = passes::collect_fused_groups(optimized->graph);
+    ASSERT_EQ(groups.size(), 1u);
+    auto k = kernel::lower_nodes(optimized->graph, groups[0].members, "g");
+    ASSERT_TRUE(k.ok()) << k.error().message;
+    const kernel::Schedule base = kernel::default_schedule(*k, kernel::Target::cuda, gpu->device().compute_units);
+    for (bool registers : {true, false}) {
+      for (int turns : {0, 2, 3}) {
+        kernel::Schedule s = base;
+        s.registers = registers;
+        s.row_loop = turns;
+        if (!kernel::can_implement(*k, s, kernel::Target::cuda).ok()) continue;
+        backend::PlanOptions options;
+        options.schedules[kernel::kernel_hash(*k)] = s;
+        EXPECT_EQ(testing::check_plan_on(*gpu, optimized->graph, g, false, testing::row_length(g), options), "")
+            << kernel::schedule_to_string(s) << "\n" << kernel::kernel_to_text(*k);
+        ++checked;
+      }
+    }
+    if (&g == &graphs[0]) {
+      kernel::Schedule s = base;
+      s.row_loop = 0;
+      auto emitted = kernel::emit_module({{&*k, s, "g"}}, kernel::Target::cuda);
+      ASSERT_TRUE(emitted.ok()) << emitted.error().message;
+      ASSERT_EQ(emitted->kernels[0].grid, 4099);
+      auto loaded = gpu->compile(*emitted);
+      ASSERT_TRUE(loaded.ok()) << loaded.error().message;
+      const int64_t grid = (*loaded)->kernel(0).grid;
+      EXPECT_LT(grid, 4099);
+      EXPECT_GE(grid, gpu->device().compute_units);
+      std::printf("  layernorm + amax, one resident wave: %lld blocks for 4099 rows\n", static_cast<long long>(grid));
+    }
+  }
+  EXPECT_GE(checked, 16);
+}
+
 // Where a failing plan first departs from the reference: every step's value stored and compared (normal
 // inputs, as check_plan_on draws them), the first few over the policy listed in node order.
 std::string first_departing_steps(backend::Backend& gpu, const Graph& optimized, int64_t k) {

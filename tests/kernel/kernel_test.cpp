@@ -150,6 +150,17 @@ TEST(KernelSchedule, JsonRoundTripAndErrors) {
   expect_flag_round_trips(ts, &Schedule::gathers, "gathers", " gathers");
   expect_flag_round_trips(s, &Schedule::pairs, "pairs", " pairs");
   expect_flag_round_trips(s, &Schedule::moments, "moments", " moments");
+  // row_loop: written where it is not 1; 0 (one resident wave) and a count both round-trip.
+  for (int turns : {0, 3}) {
+    Schedule looped = s;
+    looped.row_loop = turns;
+    auto again = schedule_from_json(schedule_to_json(looped));
+    ASSERT_TRUE(again.ok()) << again.error().message;
+    EXPECT_EQ(again->row_loop, turns);
+    EXPECT_NE(schedule_to_string(looped).find(turns == 0 ? " loop=resident" : " loop=3"), std::string::npos);
+  }
+  EXPECT_EQ(schedule_to_json(s).find("row_loop"), std::string::npos);
+  EXPECT_FALSE(schedule_from_json(R"({"row_loop": true})").ok());
   EXPECT_FALSE(schedule_from_json(R"({"gathers": 1})").ok());
   EXPECT_FALSE(schedule_from_json(R"({"moments": 1})").ok());
   EXPECT_FALSE(schedule_from_json(R"({"tables": 1})").ok());
@@ -201,6 +212,38 @@ TEST(KernelSchedule, CanImplementAndSpace) {
   s.rows_per_task = 2;
   s.cache_row = false;  // two rows of this kernel's buffers are over 48 KiB
   EXPECT_TRUE(can_implement(k, s, Target::cuda).ok());
+  // row_loop: CUDA only, 0..16, and never more turns than a block's tasks can fill.
+  {
+    Schedule turned = cuda;
+    for (int turns : {0, 2, 16}) {
+      turned.row_loop = turns;
+      EXPECT_TRUE(can_implement(k, turned, Target::cuda).ok()) << turns;
+    }
+    for (int turns : {-1, 17}) {
+      turned.row_loop = turns;
+      st = can_implement(k, turned, Target::cuda);
+      ASSERT_FALSE(st.ok());
+      EXPECT_NE(st.error().message.find("row_loop"), std::string::npos) << st.error().message;
+    }
+    turned.row_loop = 65;  // 64 rows
+    EXPECT_FALSE(can_implement(k, turned, Target::cuda).ok());
+    Schedule cpu = default_schedule(k, Target::cpu, 1);
+    cpu.row_loop = 2;
+    st = can_implement(k, cpu, Target::cpu);
+    ASSERT_FALSE(st.ok());
+    EXPECT_NE(st.error().message.find("CUDA field"), std::string::npos) << st.error().message;
+    // The space offers turns to kernels with several passes over a row, not to one-pass ones.
+    const std::vector<Schedule> space = schedule_space(k, Target::cuda, 132);
+    for (int turns : {0, 2, 4}) {
+      EXPECT_TRUE(std::any_of(space.begin(), space.end(), [&](const Schedule& x) { return x.row_loop == turns; })) << turns;
+    }
+    Graph one_pass;
+    const ValueId x = *one_pass.add_input("x", {DType::bf16, {64, 3072}}, Binding::per_call);
+    KILN_CHECK(one_pass.add_output("y", (*one_pass.add_node(Op::silu, {x}, {}, {"y"}))[0]).ok());
+    auto silu = lower_nodes(one_pass, {0}, "silu");
+    ASSERT_TRUE(silu.ok()) << silu.error().message;
+    for (const Schedule& x : schedule_space(*silu, Target::cuda, 132)) EXPECT_EQ(x.row_loop, 1) << schedule_to_string(x);
+  }
   for (Target t : {Target::cpu, Target::cuda}) {
     const std::vector<Schedule> space = schedule_space(k, t, 2);
     EXPECT_GT(space.size(), 4u) << target_name(t);
@@ -831,6 +874,11 @@ TEST(KernelEmit, CudaDialectCompilesWithNvcc) {
       // Rows narrower than a warp: several rows per warp, the reduction's shuffles within each row's lanes.
       schedules.push_back(Schedule{8, 1, 16, 8, true, 1});
       schedules.push_back(Schedule{16, 1, 4, 2, true, 1});
+      // Tasks taken in turns (one resident wave, two a block), the next task's first-pass loads in flight.
+      for (int turns : {0, 2}) {
+        schedules.push_back(schedules[0]);
+        schedules.back().row_loop = turns;
+      }
       for (size_t j = 0; j < schedules.size(); ++j) {
         if (!can_implement(kernels[i], schedules[j], Target::cuda).ok()) schedules[j].cache_row = false;
         if (!can_implement(kernels[i], schedules[j], Target::cuda).ok()) continue;
@@ -875,6 +923,62 @@ TEST(KernelEmit, CudaConcatOverRowsBranchesPerRow) {
   EXPECT_EQ(src.find("kiln_clamp(", body), std::string::npos) << src.substr(body);
   EXPECT_NE(src.find("((const uint4*)(in0 +", body), std::string::npos) << src.substr(body);
   EXPECT_NE(src.find("((const uint4*)(in1 +", body), std::string::npos) << src.substr(body);
+}
+
+// Schedule::row_loop: a block takes tasks blockIdx.x, + gridDim.x, ...; in a kernel with several passes over a
+// row, the first pass reads its row's words from registers the previous turn loaded (before the first turn: the
+// code before the loop), and loads the next task's right after, before the reductions. Only per-row loads are
+// carried (the modulation's shift and scale are the same for every row). The grid is the tasks over the turns,
+// or all of them for 0 (the backend lowers it at load). A block's next task writes the reduction exchange only
+// after a barrier where two reductions alternate; a lone one (rmsnorm) waits at the end of each task.
+TEST(KernelEmit, CudaRowTurnsLoadTheNextTaskEarly) {
+  auto ln = fused_kernel(layernorm_modulate_graph(DType::bf16, 67, 3072));
+  ASSERT_TRUE(ln.ok()) << ln.error().message;
+  Schedule s = default_schedule(ln->second, Target::cuda, 132);
+  ASSERT_EQ(s.rows_per_task, 1);
+  ASSERT_EQ(s.threads_per_row, 128);
+  auto body_of = [](const std::string& src) { return src.substr(src.find("extern \"C\"")); };
+  {
+    auto plain = emit_module({{&ln->second, s, "kern"}}, Target::cuda);
+    ASSERT_TRUE(plain.ok()) << plain.error().message;
+    EXPECT_EQ(plain->kernels[0].grid, 67);
+    EXPECT_EQ(plain->source.find("kiln_task"), std::string::npos);
+    EXPECT_EQ(plain->source.find("kiln_pf"), std::string::npos);
+  }
+  for (int turns : {0, 4}) {
+    s.row_loop = turns;
+    auto m = emit_module({{&ln->second, s, "kern"}}, Target::cuda);
+    ASSERT_TRUE(m.ok()) << m.error().message;
+    EXPECT_EQ(m->kernels[0].grid, turns == 0 ? 67 : 17);
+    const std::string body = body_of(m->source);
+    const size_t loop = body.find("for (kiln_idx kiln_task = blockIdx.x; kiln_task < 67; kiln_task += gridDim.x) {");
+    ASSERT_NE(loop, std::string::npos) << body;
+    // One register array: x's row (in0); shift and scale are read from memory.
+    EXPECT_NE(body.find("uint4 kiln_pf0[3][1];"), std::string::npos) << body;
+    EXPECT_EQ(body.find("kiln_pf1"), std::string::npos) << body;
+    const size_t first_load = body.find("kiln_pf0[kiln_it]))[kiln_q] = ((const uint4*)(in0 + ");
+    EXPECT_LT(first_load, loop) << body;
+    const size_t second_stage = body.find("{ // stage 1");
+    const size_t next = body.find("if (kiln_vec_ok && kiln_task + gridDim.x < 67) {");
+    EXPECT_GT(next, body.find("{ // stage 0")) << body;
+    EXPECT_LT(next, second_stage) << body;
+    EXPECT_NE(body.find("= ((const uint4*)(kiln_pf0[kiln_it]))[kiln_q];"), std::string::npos) << body;
+    EXPECT_EQ(body.find("  }\n  __syncthreads();\n  }\n}"), std::string::npos) << body;  // two exchanges alternate
+  }
+  Graph g;
+  const ValueId x = *g.add_input("x", {DType::bf16, {40, 3072}}, Binding::per_call);
+  const ValueId w = *g.add_input("w", {DType::bf16, {3072}}, Binding::per_call);
+  ASSERT_TRUE(g.add_output("y", (*g.add_node(Op::rmsnorm, {x, w}, {}, {"y"}))[0]).ok());
+  auto norm = fused_kernel(g);
+  ASSERT_TRUE(norm.ok()) << norm.error().message;
+  Schedule ns = default_schedule(norm->second, Target::cuda, 132);
+  ASSERT_GT(ns.threads_per_row, 32);
+  ASSERT_EQ(reduction_exchanges(norm->second), 1);
+  ns.row_loop = 2;
+  auto m = emit_module({{&norm->second, ns, "kern"}}, Target::cuda);
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  EXPECT_EQ(m->kernels[0].grid, 20);
+  EXPECT_NE(body_of(m->source).find("  }\n  __syncthreads();\n  }\n}"), std::string::npos) << body_of(m->source);
 }
 
 // Register rows count against a thread's budget only while live. The FP8 block's modulated layernorm with its
