@@ -607,8 +607,8 @@ json bench_plan(const std::string& spec, int reps, bool fused_only, bool profile
 // Each distinct generated kernel of a model's fused plan, searched over its CUDA schedule space in-process
 // (tune/measure_on_backend.h), then the plan with the winners against the plan with default schedules.
 // `progress` sees the row as it grows, after each kernel (main writes it out, so a run cut short keeps its kernels).
-// `row_loop_ab`: instead of the search, each kernel's default schedule and its Schedule::row_loop variants, twice
-// in turn (A B C D A B C D), so the order's drift shows.
+// `row_loop_ab`: instead of the search, each kernel's default schedule and its Schedule::row_loop variants (one
+// resident wave also with Schedule::min_blocks), twice in turn (A B C ... A B C ...), so the order's drift shows.
 json bench_tuned_plan(const std::string& spec, double copy_bytes_per_second, int reps, size_t max_candidates,
                       bool row_loop_ab, const std::function<void(const json&)>& progress) {
   json row = {{"model", spec}};
@@ -652,6 +652,14 @@ json bench_tuned_plan(const std::string& spec, double copy_bytes_per_second, int
         kernel::Schedule s = initial;
         s.row_loop = turns;
         if (kernel::can_implement(*lowered, s, kernel::Target::cuda).ok()) round.push_back(s);
+      }
+      // One resident wave with the registers bounded for 1152 and 1536 threads an SM (of 2048).
+      const int64_t threads = initial.rows_per_task * initial.threads_per_row;
+      for (int64_t sm_threads : {1152, 1536}) {
+        kernel::Schedule s = initial;
+        s.row_loop = 0;
+        s.min_blocks = static_cast<int>((sm_threads + threads - 1) / threads);
+        if (round.size() > 1 && kernel::can_implement(*lowered, s, kernel::Target::cuda).ok()) round.push_back(s);
       }
       if (round.size() == 1) return make_error(ErrorCode::unsupported, "no row_loop variant");
       const size_t n = round.size();

@@ -634,7 +634,8 @@ class CudaDialect final : public Dialect {
     for (size_t i = 0; i < c.k.outputs.size(); ++i) {
       params += fmt::format("{}{}* __restrict__ out{}", params.empty() ? "" : ", ", storage_type(c.k.outputs[i].type.dtype), i);
     }
-    std::string out = fmt::format("extern \"C\" __global__ void __launch_bounds__({}) {}({}) {{\n", bx * by, c.entry, params);
+    const std::string bounds = c.s.min_blocks > 0 ? fmt::format("{}, {}", bx * by, c.s.min_blocks) : std::to_string(bx * by);
+    std::string out = fmt::format("extern \"C\" __global__ void __launch_bounds__({}) {}({}) {{\n", bounds, c.entry, params);
     // Index arithmetic in 32 bits where every index fits: 64-bit adds, multiplies, divisions and compares
     // are two to several instructions each, per element.
     out += fmt::format("  typedef {} kiln_idx;\n", c.int32_indices ? "int" : "long long");

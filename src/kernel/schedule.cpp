@@ -257,6 +257,7 @@ std::string schedule_to_json(const Schedule& s) {
   if (s.moments) j["moments"] = true;
   if (s.gathers) j["gathers"] = true;
   if (s.row_loop != 1) j["row_loop"] = s.row_loop;
+  if (s.min_blocks != 0) j["min_blocks"] = s.min_blocks;
   return j.dump();
 }
 
@@ -292,6 +293,8 @@ Result<Schedule> schedule_from_json(const std::string& text) {
       KILN_TRY(integer(s.unroll));
     } else if (key == "row_loop") {
       KILN_TRY(integer(s.row_loop));
+    } else if (key == "min_blocks") {
+      KILN_TRY(integer(s.min_blocks));
     } else if (key == "registers" || key == "cache_row" || key == "tables" || key == "stream_stores" || key == "pairs" ||
                key == "moments" || key == "gathers") {
       if (!value.is_boolean()) return make_error(ErrorCode::parse_error, "schedule field '" + key + "' must be a boolean");
@@ -306,7 +309,7 @@ Result<Schedule> schedule_from_json(const std::string& text) {
       return make_error(ErrorCode::parse_error,
                         "unknown schedule field '" + key +
                             "' (fields: rows_per_task, threads, threads_per_row, vector_width, cache_row, unroll, "
-                            "registers, tables, stream_stores, pairs, moments, gathers, row_loop)");
+                            "registers, tables, stream_stores, pairs, moments, gathers, row_loop, min_blocks)");
     }
   }
   return s;
@@ -320,11 +323,12 @@ int64_t cuda_row_buffer_floats(int64_t local_size, const Schedule& s) {
 }
 
 std::string schedule_to_string(const Schedule& s) {
-  return fmt::format("rows={} threads={} tpr={} vec={} {} unroll={}{}{}{}{}{}{}{}", s.rows_per_task, s.threads,
+  return fmt::format("rows={} threads={} tpr={} vec={} {} unroll={}{}{}{}{}{}{}{}{}", s.rows_per_task, s.threads,
                      s.threads_per_row, s.vector_width, s.cache_row ? "cache" : "reread", s.unroll,
                      s.registers ? "" : " smem", s.tables ? " tables" : "", s.gathers ? " gathers" : "",
                      s.stream_stores ? " stream" : "", s.pairs ? " pairs" : "", s.moments ? " moments" : "",
-                     s.row_loop == 1 ? "" : s.row_loop == 0 ? " loop=resident" : fmt::format(" loop={}", s.row_loop));
+                     s.row_loop == 1 ? "" : s.row_loop == 0 ? " loop=resident" : fmt::format(" loop={}", s.row_loop),
+                     s.min_blocks == 0 ? "" : fmt::format(" min_blocks={}", s.min_blocks));
 }
 
 Status can_implement(const Kernel& k, const Schedule& s, Target target) {
@@ -366,6 +370,10 @@ Status can_implement(const Kernel& k, const Schedule& s, Target target) {
         return field_error("pairs", "is set but the kernel's loops do not read and write bf16 rows a word at a time");
       }
     }
+    if (s.min_blocks != 0) {
+      return field_error("min_blocks", fmt::format("is a CUDA field (blocks an SM holds); must be 0 on the CPU, got {}",
+                                                   s.min_blocks));
+    }
     if (s.row_loop != 1) {
       return field_error("row_loop", fmt::format("is a CUDA field (rows a block's row slot takes in turn); must be 1 on "
                                                  "the CPU, got {}", s.row_loop));
@@ -394,6 +402,10 @@ Status can_implement(const Kernel& k, const Schedule& s, Target target) {
     if (s.row_loop > 1 && s.rows_per_task * s.row_loop > k.rows) {  // a block would take no second task
       return field_error("row_loop", fmt::format("x rows_per_task = {} exceeds the kernel's {} rows",
                                                  s.rows_per_task * s.row_loop, k.rows));
+    }
+    if (s.min_blocks < 0 || s.min_blocks * s.rows_per_task * s.threads_per_row > 2048) {
+      return field_error("min_blocks", fmt::format("x {} threads a block must be in 0..2048 threads an SM, got {}",
+                                                   s.rows_per_task * s.threads_per_row, s.min_blocks));
     }
     if (s.rows_per_task * s.threads_per_row > 1024) {
       return field_error("rows_per_task", fmt::format("x threads_per_row = {} exceeds 1024 threads per block",

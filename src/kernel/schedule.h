@@ -33,6 +33,8 @@
 //                    with several passes over a row, the first pass's vector loads of the block's next task are
 //                    issued into registers as soon as this task's first pass has read them, so they are in flight
 //                    while this task reduces and stores
+//   min_blocks       CUDA: blocks an SM should hold at once (__launch_bounds__' second argument: the compiler keeps
+//                    registers within 64K / (threads x min_blocks), spilling past that); 0: no bound
 #pragma once
 
 #include <cstdint>
@@ -58,6 +60,7 @@ struct Schedule {
   bool moments = false;
   bool gathers = false;
   int row_loop = 1;
+  int min_blocks = 0;
   bool operator==(const Schedule& other) const = default;
 };
 

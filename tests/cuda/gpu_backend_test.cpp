@@ -130,8 +130,9 @@ TEST(GpuBackend, ReductionExchangesMatchTheReferenceAtEveryRowWidth) {
 // task's reductions, against the reference: a modulated layernorm + amax (three reductions alternating their
 // exchange slots), the same with its rows in shared memory and an rmsnorm (one exchange: a barrier ends each
 // task), rows of 128 (eight a block, sub-warp reductions) and a mean per part inside the row loop (the exchange
-// written again in a loop), at row counts no grid divides. With 0 the backend lowers the grid to one resident
-// wave: fewer blocks than tasks, each taking several.
+// written again in a loop), at row counts no grid divides, and with registers bounded (Schedule::min_blocks)
+// where that spills. With 0 the backend lowers the grid to one resident wave: fewer blocks than tasks, each
+// taking several.
 TEST(GpuBackend, RowTurnsMatchTheReference) {
   KILN_REQUIRE_CUDA_BACKEND();
   auto norm = [](int64_t rows, int64_t cols) {
@@ -162,10 +163,11 @@ TEST(GpuBackend, RowTurnsMatchTheReference) {
     ASSERT_TRUE(k.ok()) << k.error().message;
     const kernel::Schedule base = kernel::default_schedule(*k, kernel::Target::cuda, gpu->device().compute_units);
     for (bool registers : {true, false}) {
-      for (int turns : {0, 2, 3}) {
+      for (int turns : {0, 2, 3, -1}) {  // -1: one resident wave, registers bounded for 12 blocks an SM (spilling)
         kernel::Schedule s = base;
         s.registers = registers;
-        s.row_loop = turns;
+        s.row_loop = std::max(turns, 0);
+        s.min_blocks = turns < 0 ? 1536 / static_cast<int>(s.rows_per_task * s.threads_per_row) : 0;
         if (!kernel::can_implement(*k, s, kernel::Target::cuda).ok()) continue;
         backend::PlanOptions options;
         options.schedules[kernel::kernel_hash(*k)] = s;

@@ -160,6 +160,15 @@ TEST(KernelSchedule, JsonRoundTripAndErrors) {
     EXPECT_NE(schedule_to_string(looped).find(turns == 0 ? " loop=resident" : " loop=3"), std::string::npos);
   }
   EXPECT_EQ(schedule_to_json(s).find("row_loop"), std::string::npos);
+  EXPECT_EQ(schedule_to_json(s).find("min_blocks"), std::string::npos);
+  {
+    Schedule bounded = s;
+    bounded.min_blocks = 9;
+    auto again = schedule_from_json(schedule_to_json(bounded));
+    ASSERT_TRUE(again.ok()) << again.error().message;
+    EXPECT_EQ(again->min_blocks, 9);
+    EXPECT_NE(schedule_to_string(bounded).find(" min_blocks=9"), std::string::npos);
+  }
   EXPECT_FALSE(schedule_from_json(R"({"row_loop": true})").ok());
   EXPECT_FALSE(schedule_from_json(R"({"gathers": 1})").ok());
   EXPECT_FALSE(schedule_from_json(R"({"moments": 1})").ok());
@@ -227,11 +236,28 @@ TEST(KernelSchedule, CanImplementAndSpace) {
     }
     turned.row_loop = 65;  // 64 rows
     EXPECT_FALSE(can_implement(k, turned, Target::cuda).ok());
+    // min_blocks: CUDA only, at most 2048 threads an SM; the kernel's launch bounds carry it.
+    Schedule bounded = cuda;
+    bounded.min_blocks = 16;  // 16 x 128 threads
+    EXPECT_TRUE(can_implement(k, bounded, Target::cuda).ok());
+    bounded.min_blocks = 17;
+    st = can_implement(k, bounded, Target::cuda);
+    ASSERT_FALSE(st.ok());
+    EXPECT_NE(st.error().message.find("min_blocks"), std::string::npos) << st.error().message;
+    bounded.min_blocks = 9;
+    auto m = emit_module({{&k, bounded, "kern"}}, Target::cuda);
+    ASSERT_TRUE(m.ok()) << m.error().message;
+    EXPECT_NE(m->source.find("__launch_bounds__(128, 9) kern("), std::string::npos);
     Schedule cpu = default_schedule(k, Target::cpu, 1);
     cpu.row_loop = 2;
     st = can_implement(k, cpu, Target::cpu);
     ASSERT_FALSE(st.ok());
     EXPECT_NE(st.error().message.find("CUDA field"), std::string::npos) << st.error().message;
+    cpu.row_loop = 1;
+    cpu.min_blocks = 2;
+    st = can_implement(k, cpu, Target::cpu);
+    ASSERT_FALSE(st.ok());
+    EXPECT_NE(st.error().message.find("min_blocks"), std::string::npos) << st.error().message;
     // The space offers turns to kernels with several passes over a row, not to one-pass ones.
     const std::vector<Schedule> space = schedule_space(k, Target::cuda, 132);
     for (int turns : {0, 2, 4}) {
