@@ -88,14 +88,7 @@ TEST(GpuBackend, EveryZooFusedGroupMatchesTheReference) {
 // over the whole row (the mean's exchange runs four times a row), at each width, against the reference.
 TEST(GpuBackend, ReductionExchangesMatchTheReferenceAtEveryRowWidth) {
   KILN_REQUIRE_CUDA_BACKEND();
-  Graph ln;
-  const ValueId x = *ln.add_input("x", {DType::bf16, {64, 3072}}, Binding::per_call);
-  const ValueId scale = *ln.add_input("scale", {DType::bf16, {1, 3072}}, Binding::per_call);
-  const ValueId shift = *ln.add_input("shift", {DType::bf16, {1, 3072}}, Binding::per_call);
-  const ValueId n = (*ln.add_node(Op::layernorm, {x}, {}, {"n"}))[0];
-  const ValueId y = (*ln.add_node(Op::add, {(*ln.add_node(Op::mul, {n, scale}, {}, {"m"}))[0], shift}, {}, {"y"}))[0];
-  ASSERT_TRUE(ln.add_output("y", y).ok());
-  ASSERT_TRUE(ln.add_output("amax", (*ln.add_node(Op::reduce_amax, {y}, {{"axes", std::vector<int64_t>{-1}}, {"keepdims", int64_t{1}}}, {"amax"}))[0]).ok());
+  const Graph ln = testing::layernorm_modulate_amax_graph(64, 3072);
   auto optimized = passes::run_pipeline(ln, testing::pipeline_for(gpu));
   ASSERT_TRUE(optimized.ok()) << optimized.error().message;
   const Graph looped = testing::mean_per_part_then_max_graph();
@@ -135,24 +128,8 @@ TEST(GpuBackend, ReductionExchangesMatchTheReferenceAtEveryRowWidth) {
 // taking several.
 TEST(GpuBackend, RowTurnsMatchTheReference) {
   KILN_REQUIRE_CUDA_BACKEND();
-  auto norm = [](int64_t rows, int64_t cols) {
-    Graph g;
-    const ValueId x = *g.add_input("x", {DType::bf16, {rows, cols}}, Binding::per_call);
-    const ValueId w = *g.add_input("w", {DType::bf16, {cols}}, Binding::per_call);
-    KILN_CHECK(g.add_output("y", (*g.add_node(Op::rmsnorm, {x, w}, {}, {"y"}))[0]).ok());
-    return g;
-  };
-  Graph ln;
-  {
-    const ValueId x = *ln.add_input("x", {DType::bf16, {4099, 3072}}, Binding::per_call);
-    const ValueId scale = *ln.add_input("scale", {DType::bf16, {1, 3072}}, Binding::per_call);
-    const ValueId shift = *ln.add_input("shift", {DType::bf16, {1, 3072}}, Binding::per_call);
-    const ValueId n = (*ln.add_node(Op::layernorm, {x}, {}, {"n"}))[0];
-    const ValueId y = (*ln.add_node(Op::add, {(*ln.add_node(Op::mul, {n, scale}, {}, {"m"}))[0], shift}, {}, {"y"}))[0];
-    KILN_CHECK(ln.add_output("y", y).ok());
-    KILN_CHECK(ln.add_output("amax", (*ln.add_node(Op::reduce_amax, {y}, {{"axes", std::vector<int64_t>{-1}}, {"keepdims", int64_t{1}}}, {"amax"}))[0]).ok());
-  }
-  const std::vector<Graph> graphs = {ln, norm(1001, 3072), norm(8193, 128), testing::mean_per_part_then_max_graph()};
+  const std::vector<Graph> graphs = {testing::layernorm_modulate_amax_graph(4099, 3072), testing::rmsnorm_graph(1001, 3072),
+                                     testing::rmsnorm_graph(8193, 128), testing::mean_per_part_then_max_graph()};
   int checked = 0;
   for (const Graph& g : graphs) {
     auto optimized = passes::run_pipeline(g, testing::pipeline_for(gpu));

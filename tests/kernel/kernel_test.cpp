@@ -781,13 +781,7 @@ TEST(KernelEmit, CpuStreamedStoresWriteTheSameBits) {
 // partner, tables and CUDA refuse the field.
 TEST(KernelEmit, CpuPairsMatchTheReference) {
   const Attrs tanh_gelu = {{"approximate", std::string("tanh")}};
-  auto rmsnorm = [](int64_t rows, int64_t cols) {
-    Graph g;
-    const ValueId x = *g.add_input("x", {DType::bf16, {rows, cols}}, Binding::per_call);
-    const ValueId w = *g.add_input("w", {DType::bf16, {cols}}, Binding::per_call);
-    KILN_CHECK(g.add_output("y", (*g.add_node(Op::rmsnorm, {x, w}, {}, {"y"}))[0]).ok());
-    return g;
-  };
+  const auto rmsnorm = testing::rmsnorm_graph;
   Graph window;  // gelu(x[:, 1:97])
   {
     const ValueId x = *window.add_input("x", {DType::bf16, {6, 98}}, Binding::per_call);
@@ -991,11 +985,7 @@ TEST(KernelEmit, CudaRowTurnsLoadTheNextTaskEarly) {
     EXPECT_NE(body.find("= ((const uint4*)(kiln_pf0[kiln_it]))[kiln_q];"), std::string::npos) << body;
     EXPECT_EQ(body.find("  }\n  __syncthreads();\n  }\n}"), std::string::npos) << body;  // two exchanges alternate
   }
-  Graph g;
-  const ValueId x = *g.add_input("x", {DType::bf16, {40, 3072}}, Binding::per_call);
-  const ValueId w = *g.add_input("w", {DType::bf16, {3072}}, Binding::per_call);
-  ASSERT_TRUE(g.add_output("y", (*g.add_node(Op::rmsnorm, {x, w}, {}, {"y"}))[0]).ok());
-  auto norm = fused_kernel(g);
+  auto norm = fused_kernel(testing::rmsnorm_graph(40, 3072));
   ASSERT_TRUE(norm.ok()) << norm.error().message;
   Schedule ns = default_schedule(norm->second, Target::cuda, 132);
   ASSERT_GT(ns.threads_per_row, 32);
