@@ -755,6 +755,10 @@ json bench_tuned_plan(const std::string& spec, double copy_bytes_per_second, int
 
 }  // namespace
 
+constexpr const char* kUsage =
+    "usage: kiln-gpu-bench --out FILE.json [--quick] [--fused-only] [--lanes N] [--profile-window] [--plan ZOO_SPEC]... "
+    "[--tune-plan ZOO_SPEC]... [--max-candidates N] [--row-loop-ab]\n";
+
 int main(int argc, char** argv) {
   std::string out_path;
   std::vector<std::string> plans, tuned_plans;
@@ -773,12 +777,12 @@ int main(int argc, char** argv) {
     else if (arg == "--lanes" && i + 1 < argc) lanes = std::max(1, std::stoi(argv[++i]));
     else if (arg == "--profile-window") profile_window = true;
     else {
-      std::fprintf(stderr, "usage: kiln-gpu-bench --out FILE.json [--quick] [--fused-only] [--lanes N] [--profile-window] [--plan ZOO_SPEC]... [--tune-plan ZOO_SPEC]... [--max-candidates N] [--row-loop-ab]\n");
+      std::fputs(kUsage, stderr);
       return 2;
     }
   }
   if (out_path.empty()) {
-    std::fprintf(stderr, "usage: kiln-gpu-bench --out FILE.json [--quick] [--fused-only] [--lanes N] [--profile-window] [--plan ZOO_SPEC]... [--tune-plan ZOO_SPEC]... [--max-candidates N] [--row-loop-ab]\n");
+    std::fputs(kUsage, stderr);
     return 2;
   }
   Context context = must(Context::open(0));

@@ -47,7 +47,7 @@ class Dialect {
   virtual std::string prelude() const = 0;
   // Up to where row `r` and row vars exist. `before_rows`: code placed once per thread before its first row
   // (CUDA with Schedule::row_loop: the first row's prefetch); empty elsewhere.
-  virtual std::string kernel_begin(const KernelContext& c, const std::string& before_rows = "") const = 0;
+  virtual std::string kernel_begin(const KernelContext& c, const std::string& before_rows) const = 0;
   virtual std::string kernel_end(const KernelContext& c) const = 0;
   virtual std::string buffer(int stage, const std::string& offset) const = 0;
   // Opens a loop over `var`. `spread`: the innermost loop of a stage, which a target may split over threads.
