@@ -132,11 +132,15 @@ TEST(GpuBackend, RowTurnsMatchTheReference) {
                                      testing::rmsnorm_graph(8193, 128), testing::mean_per_part_then_max_graph()};
   int checked = 0;
   for (const Graph& g : graphs) {
+    // The mean per part is planned as its groups are set (the pipeline would split it in two, each without the
+    // exchange written again in a loop that it is here for); the others through the pipeline.
+    const bool grouped = &g == &graphs.back();
     auto optimized = passes::run_pipeline(g, testing::pipeline_for(gpu));
     ASSERT_TRUE(optimized.ok()) << optimized.error().message;
-    const std::vector<passes::FusedGroup> groups = passes::collect_fused_groups(optimized->graph);
+    const Graph& planned = grouped ? g : optimized->graph;
+    const std::vector<passes::FusedGroup> groups = passes::collect_fused_groups(planned);
     ASSERT_EQ(groups.size(), 1u);
-    auto k = kernel::lower_nodes(optimized->graph, groups[0].members, "g");
+    auto k = kernel::lower_nodes(planned, groups[0].members, "g");
     ASSERT_TRUE(k.ok()) << k.error().message;
     const kernel::Schedule base = kernel::default_schedule(*k, kernel::Target::cuda, gpu->device().compute_units);
     for (bool registers : {true, false}) {
@@ -148,7 +152,7 @@ TEST(GpuBackend, RowTurnsMatchTheReference) {
         if (!kernel::can_implement(*k, s, kernel::Target::cuda).ok()) continue;
         backend::PlanOptions options;
         options.schedules[kernel::kernel_hash(*k)] = s;
-        EXPECT_EQ(testing::check_plan_on(*gpu, optimized->graph, g, false, testing::row_length(g), options), "")
+        EXPECT_EQ(testing::check_plan_on(*gpu, planned, g, false, testing::row_length(g), options), "")
             << kernel::schedule_to_string(s) << "\n" << kernel::kernel_to_text(*k);
         ++checked;
       }
