@@ -1,7 +1,9 @@
 // kiln-gpu-bench: the GPU figures the CUDA backend is measured against, in one run on one machine.
 //   - copy bandwidth (driver device-to-device copy, and a 16-byte-vector copy kernel): the memory floor;
 //   - every cuBLASLt algorithm for each GEMM of a FLUX.1-dev block (bf16 and FP8 e4m3 with each scaling
-//     mode), so that "within 3% of the best algorithm" and "FP8 vs bf16" are read off one table.
+//     mode), so that "within 3% of the best algorithm" and "FP8 vs bf16" are read off one table, and cuDNN's
+//     attention at FLUX's joint shape in each layout; --no-library leaves these two tables out (a call that
+//     is only after the plans or the schedule search spends its device time there).
 //   - with --tune-plan SPEC: every distinct generated kernel of the model's fused plan searched over its CUDA
 //     schedule space (each candidate checked against the reference, then timed), its best time against the
 //     copy bandwidth, and the plan rebuilt with the winners, timed as deployed (CUDA graph).
@@ -753,17 +755,58 @@ json bench_tuned_plan(const std::string& spec, double copy_bytes_per_second, int
   return row;
 }
 
+// The library tables: every cuBLASLt algorithm for each GEMM of a FLUX.1-dev block, and cuDNN's attention at
+// FLUX's joint shape in each layout. Each table is saved into `report` as it is done.
+void bench_library(const Kernels& k, const DeviceInfo& info, CUstream stream, bool quick, json& report,
+                   const std::function<bool()>& save) {
+  const int reps = quick ? 10 : 30;
+  BlasLt blas = must(BlasLt::create());
+  // The GEMMs of FLUX.1-dev's blocks at 1024x1024 (4096 image + 512 text tokens), hidden 3072.
+  std::vector<GemmShape> shapes = {
+      {"double.img.qkv", 4096, 9216, 3072},   {"double.img.proj", 4096, 3072, 3072},
+      {"double.img.mlp_up", 4096, 12288, 3072}, {"double.img.mlp_down", 4096, 3072, 12288},
+      {"double.txt.qkv", 512, 9216, 3072},    {"double.txt.mlp_up", 512, 12288, 3072},
+      {"single.linear1", 4608, 21504, 3072},  {"single.linear2", 4608, 3072, 15360},
+  };
+  if (quick) shapes.resize(2);
+  json gemms = json::array();
+  for (const GemmShape& shape : shapes) {
+    gemms.push_back(bench_gemm(blas, k, info, stream, shape, DType::bf16, GemmScaling::none,
+                               GemmEpilogue::none, reps));
+    for (GemmScaling scaling : {GemmScaling::tensor, GemmScaling::channel, GemmScaling::block})
+      gemms.push_back(bench_gemm(blas, k, info, stream, shape, DType::f8e4m3, scaling, GemmEpilogue::none,
+                                 reps));
+    gemms.push_back(bench_gemm(blas, k, info, stream, shape, DType::f8e4m3, GemmScaling::tensor,
+                               GemmEpilogue::none, reps, /*fast_accumulation=*/true));
+  }
+  gemms.push_back(bench_gemm(blas, k, info, stream, shapes[0], DType::bf16, GemmScaling::none,
+                             GemmEpilogue::bias, reps));
+  gemms.push_back(bench_gemm(blas, k, info, stream, {"double.img.mlp_up", 4096, 12288, 3072}, DType::bf16,
+                             GemmScaling::none, GemmEpilogue::bias_gelu, reps));
+  report["gemms"] = gemms;
+  save();
+#ifdef KILN_HAS_CUDNN
+  report["cudnn_version"] = CudnnAttention::version();
+  report["attention"] = json::array();
+  for (AttentionLayout layout : {AttentionLayout::head_major, AttentionLayout::qkv, AttentionLayout::plan_mix,
+                                 AttentionLayout::token_major}) {
+    report["attention"].push_back(bench_attention(k, info, stream, layout, reps));
+  }
+  save();
+#endif
+}
+
 }  // namespace
 
 constexpr const char* kUsage =
     "usage: kiln-gpu-bench --out FILE.json [--quick] [--fused-only] [--lanes N] [--profile-window] [--plan ZOO_SPEC]... "
-    "[--tune-plan ZOO_SPEC]... [--max-candidates N] [--row-loop-ab]\n";
+    "[--tune-plan ZOO_SPEC]... [--max-candidates N] [--row-loop-ab] [--no-library]\n";
 
 int main(int argc, char** argv) {
   std::string out_path;
   std::vector<std::string> plans, tuned_plans;
   size_t max_candidates = 64;
-  bool quick = false, fused_only = false, profile_window = false, row_loop_ab = false;
+  bool quick = false, fused_only = false, profile_window = false, row_loop_ab = false, library = true;
   int lanes = 1;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
@@ -772,6 +815,7 @@ int main(int argc, char** argv) {
     else if (arg == "--tune-plan" && i + 1 < argc) tuned_plans.push_back(argv[++i]);
     else if (arg == "--max-candidates" && i + 1 < argc) max_candidates = std::stoul(argv[++i]);
     else if (arg == "--row-loop-ab") row_loop_ab = true;
+    else if (arg == "--no-library") library = false;
     else if (arg == "--quick") quick = true;
     else if (arg == "--fused-only") fused_only = true;
     else if (arg == "--lanes" && i + 1 < argc) lanes = std::max(1, std::stoi(argv[++i]));
@@ -823,41 +867,8 @@ int main(int argc, char** argv) {
   report["bandwidth"] = bandwidth(info, k, stream.handle());
   save();
 
-  BlasLt blas = must(BlasLt::create());
-  // The GEMMs of FLUX.1-dev's blocks at 1024x1024 (4096 image + 512 text tokens), hidden 3072.
-  std::vector<GemmShape> shapes = {
-      {"double.img.qkv", 4096, 9216, 3072},   {"double.img.proj", 4096, 3072, 3072},
-      {"double.img.mlp_up", 4096, 12288, 3072}, {"double.img.mlp_down", 4096, 3072, 12288},
-      {"double.txt.qkv", 512, 9216, 3072},    {"double.txt.mlp_up", 512, 12288, 3072},
-      {"single.linear1", 4608, 21504, 3072},  {"single.linear2", 4608, 3072, 15360},
-  };
-  if (quick) shapes.resize(2);
+  if (library) bench_library(k, info, stream.handle(), quick, report, save);
   const int reps = quick ? 10 : 30;
-  json gemms = json::array();
-  for (const GemmShape& shape : shapes) {
-    gemms.push_back(bench_gemm(blas, k, info, stream.handle(), shape, DType::bf16, GemmScaling::none,
-                               GemmEpilogue::none, reps));
-    for (GemmScaling scaling : {GemmScaling::tensor, GemmScaling::channel, GemmScaling::block})
-      gemms.push_back(bench_gemm(blas, k, info, stream.handle(), shape, DType::f8e4m3, scaling, GemmEpilogue::none,
-                                 reps));
-    gemms.push_back(bench_gemm(blas, k, info, stream.handle(), shape, DType::f8e4m3, GemmScaling::tensor,
-                               GemmEpilogue::none, reps, /*fast_accumulation=*/true));
-  }
-  gemms.push_back(bench_gemm(blas, k, info, stream.handle(), shapes[0], DType::bf16, GemmScaling::none,
-                             GemmEpilogue::bias, reps));
-  gemms.push_back(bench_gemm(blas, k, info, stream.handle(), {"double.img.mlp_up", 4096, 12288, 3072}, DType::bf16,
-                             GemmScaling::none, GemmEpilogue::bias_gelu, reps));
-  report["gemms"] = gemms;
-  save();
-#ifdef KILN_HAS_CUDNN
-  report["cudnn_version"] = CudnnAttention::version();
-  report["attention"] = json::array();
-  for (AttentionLayout layout : {AttentionLayout::head_major, AttentionLayout::qkv, AttentionLayout::plan_mix,
-                                 AttentionLayout::token_major}) {
-    report["attention"].push_back(bench_attention(k, info, stream.handle(), layout, reps));
-  }
-  save();
-#endif
 
   cuda::register_cuda_backend();
   report["plans"] = json::array();
