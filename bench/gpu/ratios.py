@@ -61,8 +61,11 @@ def main(argv):
     # kiln's final Plan against torch.compile, measured in the same call (optimize.sh).
     for block in ("double", "single"):
         rep, path = find(dirs, f"{block}/optimize/report.json", f"{block}-report.json")
-        if rep is None and block == "double":
+        if rep is None:
+            # optimize.sh with one model writes DIR/optimize/: the report's model says which block it is.
             rep, path = find(dirs, "optimize/report.json")
+            if rep is not None and block not in str(rep.get("model", "")):
+                rep, path = None, None
         peers = [p for p in (rep or {}).get("peers", []) if p.get("name") == "torch.compile"]
         peer = next((p for p in peers if p.get("regime", "from idle") == "from idle"), None)
         sustained = next((p for p in peers if p.get("regime") == "sustained"), None)
