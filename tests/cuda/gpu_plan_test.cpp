@@ -144,7 +144,9 @@ TEST(GpuPlan, TwoLanesMatchOneLaneBitForBit) {
     auto a = backend::Plan::build(*gpu, g);
     auto b = backend::Plan::build(*gpu, g, two);
     ASSERT_TRUE(a.ok() && b.ok()) << spec;
-    if (spec == "flux1-double-block:tiny") EXPECT_EQ((*b)->summary().lanes, 2);
+    if (spec == "flux1-double-block:tiny") {
+      EXPECT_EQ((*b)->summary().lanes, 2);
+    }
     const auto inputs = models::random_inputs(g, 4);
     auto x = (*a)->run(inputs);
     auto y = (*b)->run(inputs);

@@ -97,7 +97,9 @@ TEST_F(ReportTest, WaterfallAddsUpFromBaselineToFinal) {
   double gains = 0;
   for (size_t i = 1; i < w.size(); ++i) {
     const double gain = w[i]["gain_seconds"].get<double>();
-    if (i + 1 < w.size()) EXPECT_GT(gain, 0) << w[i]["label"];
+    if (i + 1 < w.size()) {
+      EXPECT_GT(gain, 0) << w[i]["label"];
+    }
     EXPECT_NEAR(w[i]["seconds"].get<double>(), w[i - 1]["seconds"].get<double>() - gain, 1e-12);
     gains += gain;
   }
