@@ -17,7 +17,11 @@ namespace kiln::testing {
 // One thread: on a machine shared with other work, a parallel launch waits for its slowest thread, and the
 // A/B gate then sees that noise rather than the plans.
 inline backend::Backend& agent_cpu_backend() {
-  static std::unique_ptr<backend::Backend> b = backend::make_cpu_backend({.threads = 1});
+  static std::unique_ptr<backend::Backend> b = [] {
+    backend::CpuBackendOptions options;
+    options.threads = 1;
+    return backend::make_cpu_backend(options);
+  }();
   return *b;
 }
 
