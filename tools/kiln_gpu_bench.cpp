@@ -609,8 +609,10 @@ json bench_plan(const std::string& spec, int reps, bool fused_only, bool profile
 // Each distinct generated kernel of a model's fused plan, searched over its CUDA schedule space in-process
 // (tune/measure_on_backend.h), then the plan with the winners against the plan with default schedules.
 // `progress` sees the row as it grows, after each kernel (main writes it out, so a run cut short keeps its kernels).
-// `row_loop_ab`: instead of the search, each kernel's default schedule and its Schedule::row_loop variants (one
-// resident wave also with Schedule::min_blocks), twice in turn (A B C ... A B C ...), so the order's drift shows.
+// `row_loop_ab` (--schedule-ab): instead of the search, each kernel's default schedule against its variants in how
+// it loads: Schedule::early_loads, Schedule::row_loop (one resident wave, with and without early loads, and 2 tasks
+// a block) and one resident wave with registers bounded (Schedule::min_blocks), twice in turn (A B C ... A B C ...),
+// so the order's drift shows.
 json bench_tuned_plan(const std::string& spec, double copy_bytes_per_second, int reps, size_t max_candidates,
                       bool row_loop_ab, const std::function<void(const json&)>& progress) {
   json row = {{"model", spec}};
@@ -650,20 +652,23 @@ json bench_tuned_plan(const std::string& spec, double copy_bytes_per_second, int
     auto search = [&]() -> Result<tune::BackendSearch> {
       if (!row_loop_ab) return tune::search_schedules_on_backend(gpu, *lowered, *task, initial, search_options);
       std::vector<kernel::Schedule> round = {initial};
-      for (int turns : {0, 2, 4}) {
-        kernel::Schedule s = initial;
-        s.row_loop = turns;
-        if (kernel::can_implement(*lowered, s, kernel::Target::cuda).ok()) round.push_back(s);
+      for (int turns : {1, 0, 2}) {
+        for (bool early : {false, true}) {
+          kernel::Schedule s = initial;
+          s.row_loop = turns;
+          s.early_loads = early;
+          if (s != initial && (turns != 2 || !early) && kernel::can_implement(*lowered, s, kernel::Target::cuda).ok()) {
+            round.push_back(s);
+          }
+        }
       }
-      // One resident wave with the registers bounded for 1152 and 1536 threads an SM (of 2048).
+      // One resident wave with the registers bounded for 1152 threads an SM (of 2048).
       const int64_t threads = initial.rows_per_task * initial.threads_per_row;
-      for (int64_t sm_threads : {1152, 1536}) {
-        kernel::Schedule s = initial;
-        s.row_loop = 0;
-        s.min_blocks = static_cast<int>((sm_threads + threads - 1) / threads);
-        if (round.size() > 1 && kernel::can_implement(*lowered, s, kernel::Target::cuda).ok()) round.push_back(s);
-      }
-      if (round.size() == 1) return make_error(ErrorCode::unsupported, "no row_loop variant");
+      kernel::Schedule bounded = initial;
+      bounded.row_loop = 0;
+      bounded.min_blocks = static_cast<int>((1152 + threads - 1) / threads);
+      if (round.size() > 1 && kernel::can_implement(*lowered, bounded, kernel::Target::cuda).ok()) round.push_back(bounded);
+      if (round.size() == 1) return make_error(ErrorCode::unsupported, "no load variant (one pass over its rows)");
       const size_t n = round.size();
       for (size_t i = 0; i < n; ++i) round.push_back(round[i]);
       tune::BackendSearch out;
@@ -800,7 +805,7 @@ void bench_library(const Kernels& k, const DeviceInfo& info, CUstream stream, bo
 
 constexpr const char* kUsage =
     "usage: kiln-gpu-bench --out FILE.json [--quick] [--fused-only] [--lanes N] [--profile-window] [--plan ZOO_SPEC]... "
-    "[--tune-plan ZOO_SPEC]... [--max-candidates N] [--row-loop-ab] [--no-library]\n";
+    "[--tune-plan ZOO_SPEC]... [--max-candidates N] [--schedule-ab] [--no-library]\n";
 
 int main(int argc, char** argv) {
   std::string out_path;
@@ -814,7 +819,7 @@ int main(int argc, char** argv) {
     else if (arg == "--plan" && i + 1 < argc) plans.push_back(argv[++i]);
     else if (arg == "--tune-plan" && i + 1 < argc) tuned_plans.push_back(argv[++i]);
     else if (arg == "--max-candidates" && i + 1 < argc) max_candidates = std::stoul(argv[++i]);
-    else if (arg == "--row-loop-ab") row_loop_ab = true;
+    else if (arg == "--schedule-ab" || arg == "--row-loop-ab") row_loop_ab = true;  // the older name kept
     else if (arg == "--no-library") library = false;
     else if (arg == "--quick") quick = true;
     else if (arg == "--fused-only") fused_only = true;

@@ -784,8 +784,18 @@ class KernelWriter {
     const bool several_passes = written.size() > 1 && k_.has_reduction();
     if (several_passes) prefetch_stage_ = static_cast<int>(written.front());
     if (several_passes && d_.target() == Target::cuda && c_.s.row_loop != 1) row_turn_stage_ = prefetch_stage_;
+    if (several_passes && d_.target() == Target::cuda && c_.s.early_loads) {
+      for (size_t i : written) {
+        if (k_.stages[i].reduce) {
+          early_after_ = static_cast<int>(i);
+          break;
+        }
+      }
+    }
+    size_t early_at = 0;  // where the early loads go: before the first reduction's stage
     for (size_t i : written) {
       const Stage& s = k_.stages[i];
+      if (static_cast<int>(i) == early_after_) early_at = out.size();
       if (several_passes && i == written.back() && !prefetch_spread_) out += d_.next_row_prefetch(c_);
       out += fmt::format("    {{ // stage {}: %{} {}\n", i, s.name, type_to_string(s.type));
       out += write_branches(static_cast<int>(i), 0);
@@ -794,6 +804,7 @@ class KernelWriter {
       out += "    }\n";
       if (static_cast<int>(i) == row_turn_stage_ && !turn_loads_.empty()) out += turn_loads_code("kiln_task + gridDim.x");
     }
+    if (!early_loads_.empty()) out.insert(early_at, early_loads_code());
     std::string tables;  // inside the row loop: a load and a predicted branch per row
     for (int t : used_tables_) {
       tables += fmt::format("    const {1}* __restrict kiln_t{0} = kiln_tab{0}();\n", t, value_tables_[static_cast<size_t>(t)].type);
@@ -864,8 +875,9 @@ class KernelWriter {
       // A row in registers is indexed by the vector step: the unaligned path keeps the steps, loading and
       // storing element by element.
       turn_loads_open_ = depth == 0 && i == row_turn_stage_;
+      early_loads_open_ = depth == 0 && early_after_ >= 0 && i > early_after_;
       const std::string wide = write_stage(i, true, true);
-      turn_loads_open_ = false;
+      turn_loads_open_ = early_loads_open_ = false;
       return "      if (kiln_vec_ok) {\n" + wide + "      } else {\n" + write_stage(i, c_.register_rows, false) + "      }\n";
     }
     const Expr& e = k_.exprs[select];
@@ -992,6 +1004,49 @@ class KernelWriter {
     return out + "    }\n    }\n";
   }
 
+  // Schedule::early_loads (CUDA): a wide load of a pass after the row's first reduction, whose place depends only
+  // on the row and the vector loop (a scale or shift vector, another row of the same index), is read from the
+  // registers kiln_el<j>, filled before that reduction's stage (early_loads_code): its latency overlaps the
+  // exchanges instead of following them. At most kEarlyWords 16-byte words a thread; past that, from memory.
+  static constexpr int64_t kEarlyWords = 8;
+  // `base`: the first element read, in row variables and kiln_vb; `elements`: how many (a vector step, or a span).
+  std::string early_load_source(const Expr& e, const std::string& base, int64_t elements) {
+    if (!early_loads_open_ || vec_.steps == 0) return "";
+    for (int v : index_vars(e.offset)) {
+      const bool row = std::find(k_.row_vars.begin(), k_.row_vars.end(), v) != k_.row_vars.end();
+      if (!row && v != vec_.var) return "";
+    }
+    const DType dtype = k_.inputs[e.param].type.dtype;
+    auto same = [&](const EarlyLoad& t) {
+      return t.param == e.param && t.base == base && t.elements == elements && t.steps == vec_.steps && t.step == vec_.step;
+    };
+    auto it = std::find_if(early_loads_.begin(), early_loads_.end(), same);
+    if (it == early_loads_.end()) {
+      int64_t words = vec_.steps * vector_words(dtype, elements).second;
+      for (const EarlyLoad& t : early_loads_) words += t.steps * vector_words(t.dtype, t.elements).second;
+      if (words > kEarlyWords) return "";
+      early_loads_.push_back({e.param, base, dtype, elements, vec_.steps, vec_.step});
+      it = early_loads_.end() - 1;
+    }
+    return fmt::format("kiln_el{}[kiln_it]", it - early_loads_.begin());
+  }
+  // The registers early_load_source reads and the loads that fill them, for this thread's row, where the tensors
+  // are aligned (the unaligned path loads where it reads).
+  std::string early_loads_code() const {
+    std::string decl, fill;
+    for (size_t j = 0; j < early_loads_.size(); ++j) {
+      const EarlyLoad& t = early_loads_[j];
+      const auto [word, words] = vector_words(t.dtype, t.elements);
+      decl += fmt::format("    {} kiln_el{}[{}][{}];  // Schedule::early_loads\n", word, j, t.steps, words);
+      fill += fmt::format("    #pragma unroll\n    for (kiln_idx kiln_it = 0, kiln_vb = (kiln_idx)kiln_lane * {}; kiln_it < {}; "
+                          "++kiln_it, kiln_vb += {}) {{\n      {}    }}\n",
+                          c_.s.vector_width, t.steps, t.step,
+                          vector_copy(fmt::format("kiln_el{}[kiln_it]", j), fmt::format("in{} + {}", t.param, t.base), t.dtype,
+                                      t.elements));
+    }
+    return decl + "    if (kiln_vec_ok) {\n" + fill + "    }\n";
+  }
+
   // A load whose elements of one vector step all lie in one aligned span (offset_in_vector_span): the span is
   // read once per step as whole words into a local array, shared by every load of that span, and each
   // element indexes it at a place fixed once the loops are unrolled. The smallest span that holds the step: one
@@ -1013,7 +1068,8 @@ class KernelWriter {
       if (fresh) {
         ++vec_.arrays;
         vec_.pre += fmt::format("alignas(16) {} {}[{}];\n", storage_type(p.type.dtype), it->second, span);
-        vec_.pre += vector_copy(it->second, fmt::format("in{} + {}", e.param, base), p.type.dtype, span);
+        const std::string early = early_load_source(e, base, span);
+        vec_.pre += vector_copy(it->second, early.empty() ? fmt::format("in{} + {}", e.param, base) : early, p.type.dtype, span);
       }
       return fmt::format("{}[{}]", it->second,
                          index_to_c(at->within, [&](int v) { return v == lane ? std::string("kiln_vj") : var_name(v); }));
@@ -1047,7 +1103,8 @@ class KernelWriter {
         if (wide_ && vec_.var >= 0 && !clamp && contiguous_in(e.offset, vec_.var, c_.s.vector_width)) {
           const std::string arr = "kiln_vin" + std::to_string(vec_.arrays++);
           vec_.pre += fmt::format("alignas(16) {} {}[{}];\n", storage_type(p.type.dtype), arr, c_.s.vector_width);
-          const std::string from = turn_load_source(e);
+          std::string from = turn_load_source(e);
+          if (from.empty()) from = early_load_source(e, idx_at_vector_base(e.offset), c_.s.vector_width);
           vec_.pre += vector_copy(arr, from.empty() ? fmt::format("in{} + {}", e.param, idx_at_vector_base(e.offset)) : from,
                                   p.type.dtype);
           ref = arr + "[kiln_vj]";
@@ -1892,6 +1949,17 @@ class KernelWriter {
   struct {
     int64_t steps = 0, step = 0;
   } turn_steps_;
+  // Schedule::early_loads (CUDA): the row's first reduction stage (the early loads are issued before it), whether
+  // the vector branch of a stage after it is being written, and the loads read from registers.
+  int early_after_ = -1;
+  bool early_loads_open_ = false;
+  struct EarlyLoad {
+    int param;
+    std::string base;  // the step's first element, in row variables and kiln_vb
+    DType dtype;
+    int64_t elements, steps, step;  // elements a step reads; the unrolled loop's steps and elements a step covers
+  };
+  std::vector<EarlyLoad> early_loads_;
 };
 
 // The largest magnitude any partial sum of `e` (or of an expression inside a division or modulo) can take,

@@ -33,6 +33,11 @@
 //                    with several passes over a row, the first pass's vector loads of the block's next task are
 //                    issued into registers as soon as this task's first pass has read them, so they are in flight
 //                    while this task reduces and stores
+//   early_loads      CUDA: in a kernel with several passes over a row, a later pass's 16-byte loads that depend
+//                    only on the row and the vector step (a modulation's scale and shift, a norm's weight) are
+//                    issued into registers before the row's first reduction, so their latency overlaps the
+//                    exchanges instead of following them (at most 8 words a thread). The CUDA default where a
+//                    row's reduction crosses warps (more than 32 threads a row)
 //   min_blocks       CUDA: blocks an SM should hold at once (__launch_bounds__' second argument: the compiler keeps
 //                    registers within 64K / (threads x min_blocks), spilling past that); 0: no bound
 #pragma once
@@ -61,6 +66,7 @@ struct Schedule {
   bool gathers = false;
   int row_loop = 1;
   int min_blocks = 0;
+  bool early_loads = false;
   bool operator==(const Schedule& other) const = default;
 };
 

@@ -13,6 +13,7 @@
 #include "../kernel/exact_math.h"
 #include "../kernel/exchange_graphs.h"
 #include "cuda/cuda_backend.h"
+#include "cuda/nvrtc.h"
 #include "gpu_test_util.h"
 #include "ir/text.h"
 #include "kernel/kernel_ir.h"
@@ -44,6 +45,46 @@ const std::vector<std::string> kModels = {
     "flux1-double-block:tiny,dtype=f16", "flux1-double-block:tiny,dtype=fp8,fp8_scaling=tensor",
     "flux1-double-block:tiny,dtype=fp8", "flux1-single-block:tiny", "flux2-dev:tiny", "qwen-image:tiny",
     "llama3-8b:tiny"};
+
+// Every kernel with a reduction of FLUX.1's blocks at their real sizes, emitted with early loads (Schedule::
+// early_loads) in a block a task and in one resident wave, compiles with NVRTC for sm_90. Needs the toolkit only:
+// this runs without a GPU, where the correctness of the same schedules (EarlyLoadsMatchTheReference) cannot.
+TEST(CudaEmit, FluxBlockKernelsCompileWithEarlyLoads) {
+  int kernels = 0, early = 0;
+  for (const std::string spec : {"flux1-single-block", "flux1-double-block"}) {
+    auto model = models::build_zoo_model(spec);
+    ASSERT_TRUE(model.ok()) << spec << ": " << model.error().message;
+    auto optimized = passes::run_pipeline(*model, {});
+    ASSERT_TRUE(optimized.ok()) << optimized.error().message;
+    for (int turns : {1, 0}) {
+      std::vector<kernel::Kernel> lowered;
+      for (const passes::FusedGroup& fg : passes::collect_fused_groups(optimized->graph)) {
+        auto k = kernel::lower_nodes(optimized->graph, fg.members, "g");
+        if (k.ok() && k->has_reduction()) lowered.push_back(std::move(k).value());
+      }
+      std::vector<kernel::KernelToEmit> module;
+      for (size_t i = 0; i < lowered.size(); ++i) {
+        kernel::Schedule s = kernel::default_schedule(lowered[i], kernel::Target::cuda, 132);
+        s.early_loads = true;
+        s.row_loop = turns;
+        if (kernel::can_implement(lowered[i], s, kernel::Target::cuda).ok()) {
+          module.push_back({&lowered[i], s, "k" + std::to_string(i)});
+        }
+      }
+      ASSERT_GE(module.size(), 3u) << spec;
+      auto emitted = kernel::emit_module(module, kernel::Target::cuda);
+      ASSERT_TRUE(emitted.ok()) << emitted.error().message;
+      auto compiled = cuda::nvrtc_compile(emitted->source, spec + ".cu", {});
+      ASSERT_TRUE(compiled.ok()) << spec << " row_loop " << turns << ": " << compiled.error().message;
+      kernels += static_cast<int>(module.size());
+      for (size_t at = emitted->source.find("kiln_el0["); at != std::string::npos; at = emitted->source.find("kiln_el0[", at + 1)) {
+        if (emitted->source.compare(at - 6, 6, "uint4 ") == 0) ++early;  // one declaration a kernel
+      }
+    }
+  }
+  std::printf("  %d kernels compiled, %d with early loads\n", kernels, early);
+  EXPECT_GE(early, 8);
+}
 
 TEST(GpuBackend, DescribesTheDevice) {
   KILN_REQUIRE_CUDA_BACKEND();
@@ -181,6 +222,52 @@ TEST(GpuBackend, RowTurnsMatchTheReference) {
     }
   }
   EXPECT_GE(checked, 16);
+}
+
+// Schedule::early_loads: a later pass's loads issued into registers before the row's first reduction, in a block a
+// task and in one resident wave, against the reference: the modulated layernorm + amax (shift and scale), rmsnorms
+// whose weight is read after the exchange (rows of 3072 and of 128, eight rows a block), and every fused group with
+// a reduction of the zoo's tiny models (RoPE's cos and sin spans after the q/k norms among them). Counts the
+// kernels whose source carries early loads, so the test cannot pass by emitting none.
+TEST(GpuBackend, EarlyLoadsMatchTheReference) {
+  KILN_REQUIRE_CUDA_BACKEND();
+  std::vector<Graph> graphs = {testing::layernorm_modulate_amax_graph(4099, 3072), testing::rmsnorm_graph(1001, 3072),
+                               testing::rmsnorm_graph(8193, 128)};
+  for (const std::string& spec : kModels) {
+    auto model = models::build_zoo_model(spec);
+    ASSERT_TRUE(model.ok()) << spec << ": " << model.error().message;
+    graphs.push_back(std::move(model).value());
+  }
+  std::set<std::string> seen;
+  int checked = 0, early = 0;
+  for (const Graph& g : graphs) {
+    auto optimized = passes::run_pipeline(g, testing::pipeline_for(gpu));
+    ASSERT_TRUE(optimized.ok()) << optimized.error().message;
+    for (const passes::FusedGroup& fg : passes::collect_fused_groups(optimized->graph)) {
+      if (fg.outputs.empty()) continue;
+      const Graph sub = testing::group_graph(optimized->graph, fg);
+      std::vector<NodeId> all;
+      for (NodeId i = 0; i < static_cast<NodeId>(sub.nodes().size()); ++i) all.push_back(i);
+      auto k = kernel::lower_nodes(sub, all, "g");
+      if (!k.ok() || !k->has_reduction() || !seen.insert(kernel::kernel_hash(*k)).second) continue;
+      for (int turns : {1, 0}) {
+        kernel::Schedule s = kernel::default_schedule(*k, kernel::Target::cuda, gpu->device().compute_units);
+        s.early_loads = true;
+        s.row_loop = turns;
+        if (!kernel::can_implement(*k, s, kernel::Target::cuda).ok()) continue;
+        auto emitted = kernel::emit_module({{&*k, s, "g"}}, kernel::Target::cuda);
+        ASSERT_TRUE(emitted.ok()) << emitted.error().message;
+        early += emitted->source.find("kiln_el0") != std::string::npos;
+        backend::PlanOptions options;
+        options.schedules[kernel::kernel_hash(*k)] = s;
+        EXPECT_EQ(testing::check_plan_on(*gpu, sub, sub, false, testing::row_length(sub), options), "")
+            << kernel::schedule_to_string(s) << "\n" << kernel::kernel_to_text(*k);
+        ++checked;
+      }
+    }
+  }
+  std::printf("  %d kernels with a reduction checked with early loads, %d of them carrying some\n", checked, early);
+  EXPECT_GE(early, 10);
 }
 
 // Where a failing plan first departs from the reference: every step's value stored and compared (normal

@@ -150,6 +150,7 @@ TEST(KernelSchedule, JsonRoundTripAndErrors) {
   expect_flag_round_trips(ts, &Schedule::gathers, "gathers", " gathers");
   expect_flag_round_trips(s, &Schedule::pairs, "pairs", " pairs");
   expect_flag_round_trips(s, &Schedule::moments, "moments", " moments");
+  expect_flag_round_trips(s, &Schedule::early_loads, "early_loads", " early");
   // row_loop: written where it is not 1; 0 (one resident wave) and a count both round-trip.
   for (int turns : {0, 3}) {
     Schedule looped = s;
@@ -258,17 +259,30 @@ TEST(KernelSchedule, CanImplementAndSpace) {
     st = can_implement(k, cpu, Target::cpu);
     ASSERT_FALSE(st.ok());
     EXPECT_NE(st.error().message.find("min_blocks"), std::string::npos) << st.error().message;
+    cpu.min_blocks = 0;
+    cpu.early_loads = true;
+    st = can_implement(k, cpu, Target::cpu);
+    ASSERT_FALSE(st.ok());
+    EXPECT_NE(st.error().message.find("early_loads"), std::string::npos) << st.error().message;
     // The space offers turns to kernels with several passes over a row, not to one-pass ones.
     const std::vector<Schedule> space = schedule_space(k, Target::cuda, 132);
     for (int turns : {0, 2, 4}) {
       EXPECT_TRUE(std::any_of(space.begin(), space.end(), [&](const Schedule& x) { return x.row_loop == turns; })) << turns;
+    }
+    for (int turns : {1, 0}) {
+      EXPECT_TRUE(std::any_of(space.begin(), space.end(),
+                              [&](const Schedule& x) { return x.early_loads && x.row_loop == turns; }))
+          << turns;
     }
     Graph one_pass;
     const ValueId x = *one_pass.add_input("x", {DType::bf16, {64, 3072}}, Binding::per_call);
     KILN_CHECK(one_pass.add_output("y", (*one_pass.add_node(Op::silu, {x}, {}, {"y"}))[0]).ok());
     auto silu = lower_nodes(one_pass, {0}, "silu");
     ASSERT_TRUE(silu.ok()) << silu.error().message;
-    for (const Schedule& x : schedule_space(*silu, Target::cuda, 132)) EXPECT_EQ(x.row_loop, 1) << schedule_to_string(x);
+    for (const Schedule& x : schedule_space(*silu, Target::cuda, 132)) {
+      EXPECT_EQ(x.row_loop, 1) << schedule_to_string(x);
+      EXPECT_FALSE(x.early_loads) << schedule_to_string(x);
+    }
   }
   for (Target t : {Target::cpu, Target::cuda}) {
     const std::vector<Schedule> space = schedule_space(k, t, 2);
@@ -995,6 +1009,56 @@ TEST(KernelEmit, CudaRowTurnsLoadTheNextTaskEarly) {
   ASSERT_TRUE(m.ok()) << m.error().message;
   EXPECT_EQ(m->kernels[0].grid, 20);
   EXPECT_NE(body_of(m->source).find("  }\n  __syncthreads();\n  }\n}"), std::string::npos) << body_of(m->source);
+}
+
+// Schedule::early_loads: the modulation's shift and scale, which the last pass reads after both reductions, are
+// loaded into registers right after the first pass has issued the row's loads and before the first exchange;
+// the last pass reads them from there. In one resident wave too (after the next task's loads). Without it, or
+// on the unaligned path, they are read where they are used.
+TEST(KernelEmit, CudaEarlyLoadsPrecedeTheFirstExchange) {
+  auto ln = fused_kernel(layernorm_modulate_graph(DType::bf16, 67, 3072));
+  ASSERT_TRUE(ln.ok()) << ln.error().message;
+  Schedule s = default_schedule(ln->second, Target::cuda, 132);
+  // The default where the row's reduction crosses warps (128 threads a row), not where it is a warp's shuffles.
+  ASSERT_EQ(s.threads_per_row, 128);
+  EXPECT_TRUE(s.early_loads);
+  auto heads = fused_kernel(testing::rmsnorm_graph(64, 128));
+  ASSERT_TRUE(heads.ok()) << heads.error().message;
+  const Schedule hs = default_schedule(heads->second, Target::cuda, 132);
+  ASSERT_LE(hs.threads_per_row, 32);
+  EXPECT_FALSE(hs.early_loads);
+  auto body_of = [](const std::string& src) { return src.substr(src.find("extern \"C\"")); };
+  {
+    s.early_loads = false;
+    auto plain = emit_module({{&ln->second, s, "kern"}}, Target::cuda);
+    ASSERT_TRUE(plain.ok()) << plain.error().message;
+    EXPECT_EQ(plain->source.find("kiln_el"), std::string::npos);
+  }
+  s.early_loads = true;
+  for (int turns : {1, 0}) {
+    s.row_loop = turns;
+    auto m = emit_module({{&ln->second, s, "kern"}}, Target::cuda);
+    ASSERT_TRUE(m.ok()) << m.error().message;
+    const std::string body = body_of(m->source);
+    // Two arrays of three words a thread: shift and scale (in1, in2); x's row (in0) is the first pass's own.
+    EXPECT_NE(body.find("uint4 kiln_el0[3][1];"), std::string::npos) << body;
+    EXPECT_NE(body.find("uint4 kiln_el1[3][1];"), std::string::npos) << body;
+    EXPECT_EQ(body.find("kiln_el2"), std::string::npos) << body;
+    EXPECT_EQ(body.find("kiln_el0[kiln_it]))[kiln_q] = ((const uint4*)(in0"), std::string::npos) << body;
+    const size_t fill = body.find("kiln_el0[kiln_it]))[kiln_q] = ((const uint4*)(in");
+    ASSERT_NE(fill, std::string::npos) << body;
+    EXPECT_GT(fill, body.find("{ // stage 0")) << body;
+    EXPECT_LT(fill, body.find("{ // stage 1")) << body;
+    EXPECT_LT(fill, body.find("__syncthreads()")) << body;
+    // The last pass copies its words from the registers on the aligned path, and from memory on the other.
+    const size_t last = body.rfind("{ // stage ");
+    EXPECT_NE(body.find("= ((const uint4*)(kiln_el0[kiln_it]))[kiln_q];", last), std::string::npos) << body;
+    EXPECT_NE(body.find("= ((const uint4*)(kiln_el1[kiln_it]))[kiln_q];", last), std::string::npos) << body;
+    const size_t scalar = body.find("} else {", last);
+    ASSERT_NE(scalar, std::string::npos) << body;
+    EXPECT_EQ(body.find("kiln_el", scalar), std::string::npos) << body.substr(scalar);
+    if (turns == 0) EXPECT_LT(body.find("kiln_task + gridDim.x < 67"), fill) << body;
+  }
 }
 
 // Register rows count against a thread's budget only while live. The FP8 block's modulated layernorm with its
