@@ -811,10 +811,7 @@ class KernelWriter {
     }
     std::string before_rows;
     if (!turn_loads_.empty()) {
-      for (size_t j = 0; j < turn_loads_.size(); ++j) {
-        const auto [word, words] = vector_words(turn_loads_[j].dtype, c_.s.vector_width);
-        before_rows += fmt::format("  {} kiln_pf{}[{}][{}];\n", word, j, turn_steps_.steps, words);
-      }
+      for (size_t j = 0; j < turn_loads_.size(); ++j) before_rows += "  " + register_array(turn_loads_[j], "kiln_pf", j) + ";\n";
       before_rows += turn_loads_code("(kiln_idx)blockIdx.x");
     }
     return d_.kernel_begin(c_, before_rows) + tables + out + d_.kernel_end(c_);
@@ -977,14 +974,10 @@ class KernelWriter {
       per_row = per_row || row;
     }
     if (!per_row) return "";  // the same words for every row: in the cache already
-    const std::string base = idx_at_vector_base(e.offset);
-    auto same = [&](const TurnLoad& t) { return t.param == e.param && t.base == base; };
-    auto it = std::find_if(turn_loads_.begin(), turn_loads_.end(), same);
-    if (it == turn_loads_.end()) {
-      turn_loads_.push_back({e.param, base, k_.inputs[e.param].type.dtype});
-      it = turn_loads_.end() - 1;
-    }
-    turn_steps_ = {vec_.steps, vec_.step};
+    const RegisterLoad load{e.param, idx_at_vector_base(e.offset), k_.inputs[e.param].type.dtype, c_.s.vector_width,
+                            vec_.steps, vec_.step};
+    auto it = std::find(turn_loads_.begin(), turn_loads_.end(), load);
+    if (it == turn_loads_.end()) it = turn_loads_.insert(turn_loads_.end(), load);
     return fmt::format("kiln_pf{}[kiln_it]", it - turn_loads_.begin());
   }
   // The loads turn_load_source reads, for the thread's row of block task `task` (its row clamped to the last, as
@@ -994,14 +987,28 @@ class KernelWriter {
     out += fmt::format("    const kiln_idx kiln_row = ({0}) * {1} + threadIdx.y;\n    const kiln_idx r = kiln_row < {2} ? kiln_row : {3};\n",
                        task, c_.s.rows_per_task, k_.rows, std::max<int64_t>(0, k_.rows - 1));
     out += row_vars_code(k_, "r");
-    out += fmt::format("    #pragma unroll\n    for (kiln_idx kiln_it = 0, kiln_vb = (kiln_idx)kiln_lane * {}; kiln_it < {}; "
-                       "++kiln_it, kiln_vb += {}) {{\n",
-                       c_.s.vector_width, turn_steps_.steps, turn_steps_.step);
-    for (size_t j = 0; j < turn_loads_.size(); ++j) {
-      const TurnLoad& t = turn_loads_[j];
-      out += "      " + vector_copy(fmt::format("kiln_pf{}[kiln_it]", j), fmt::format("in{} + {}", t.param, t.base), t.dtype);
-    }
-    return out + "    }\n    }\n";
+    for (size_t j = 0; j < turn_loads_.size(); ++j) out += register_fill(turn_loads_[j], "kiln_pf", j);
+    return out + "    }\n";
+  }
+  // A row's words read into registers ahead of their use (turn and early loads): the array `name<j>` of a word
+  // count per vector step, and the unrolled loop over the steps that fills it.
+  struct RegisterLoad {
+    int param;
+    std::string base;  // the step's first element, in row variables and kiln_vb
+    DType dtype;
+    int64_t elements, steps, step;  // elements a step reads; the unrolled loop's steps and elements a step covers
+    bool operator==(const RegisterLoad&) const = default;
+  };
+  static std::string register_array(const RegisterLoad& t, const char* name, size_t j) {
+    const auto [word, words] = vector_words(t.dtype, t.elements);
+    return fmt::format("{} {}{}[{}][{}]", word, name, j, t.steps, words);
+  }
+  std::string register_fill(const RegisterLoad& t, const char* name, size_t j) const {
+    return fmt::format("    #pragma unroll\n    for (kiln_idx kiln_it = 0, kiln_vb = (kiln_idx)kiln_lane * {}; kiln_it < {}; "
+                       "++kiln_it, kiln_vb += {}) {{\n      {}    }}\n",
+                       c_.s.vector_width, t.steps, t.step,
+                       vector_copy(fmt::format("{}{}[kiln_it]", name, j), fmt::format("in{} + {}", t.param, t.base), t.dtype,
+                                   t.elements));
   }
 
   // Schedule::early_loads (CUDA): a wide load of a pass after the row's first reduction, whose place depends only
@@ -1016,17 +1023,13 @@ class KernelWriter {
       const bool row = std::find(k_.row_vars.begin(), k_.row_vars.end(), v) != k_.row_vars.end();
       if (!row && v != vec_.var) return "";
     }
-    const DType dtype = k_.inputs[e.param].type.dtype;
-    auto same = [&](const EarlyLoad& t) {
-      return t.param == e.param && t.base == base && t.elements == elements && t.steps == vec_.steps && t.step == vec_.step;
-    };
-    auto it = std::find_if(early_loads_.begin(), early_loads_.end(), same);
+    const RegisterLoad load{e.param, base, k_.inputs[e.param].type.dtype, elements, vec_.steps, vec_.step};
+    auto it = std::find(early_loads_.begin(), early_loads_.end(), load);
     if (it == early_loads_.end()) {
-      int64_t words = vec_.steps * vector_words(dtype, elements).second;
-      for (const EarlyLoad& t : early_loads_) words += t.steps * vector_words(t.dtype, t.elements).second;
-      if (words > kEarlyWords) return "";
-      early_loads_.push_back({e.param, base, dtype, elements, vec_.steps, vec_.step});
-      it = early_loads_.end() - 1;
+      int64_t words = 0;
+      for (const RegisterLoad& t : early_loads_) words += t.steps * vector_words(t.dtype, t.elements).second;
+      if (words + load.steps * vector_words(load.dtype, load.elements).second > kEarlyWords) return "";
+      it = early_loads_.insert(early_loads_.end(), load);
     }
     return fmt::format("kiln_el{}[kiln_it]", it - early_loads_.begin());
   }
@@ -1035,14 +1038,8 @@ class KernelWriter {
   std::string early_loads_code() const {
     std::string decl, fill;
     for (size_t j = 0; j < early_loads_.size(); ++j) {
-      const EarlyLoad& t = early_loads_[j];
-      const auto [word, words] = vector_words(t.dtype, t.elements);
-      decl += fmt::format("    {} kiln_el{}[{}][{}];  // Schedule::early_loads\n", word, j, t.steps, words);
-      fill += fmt::format("    #pragma unroll\n    for (kiln_idx kiln_it = 0, kiln_vb = (kiln_idx)kiln_lane * {}; kiln_it < {}; "
-                          "++kiln_it, kiln_vb += {}) {{\n      {}    }}\n",
-                          c_.s.vector_width, t.steps, t.step,
-                          vector_copy(fmt::format("kiln_el{}[kiln_it]", j), fmt::format("in{} + {}", t.param, t.base), t.dtype,
-                                      t.elements));
+      decl += "    " + register_array(early_loads_[j], "kiln_el", j) + ";  // Schedule::early_loads\n";
+      fill += register_fill(early_loads_[j], "kiln_el", j);
     }
     return decl + "    if (kiln_vec_ok) {\n" + fill + "    }\n";
   }
@@ -1937,29 +1934,15 @@ class KernelWriter {
   int prefetch_stage_ = -1;       // the stage whose pass over a row may carry the next rows' prefetch
   bool prefetch_spread_ = false;  // it did
   // Schedule::row_loop (CUDA): the stage (the row's first pass) whose wide per-row loads the previous turn
-  // issues, whether its vector branch is being written, those loads, and their unrolled loop.
+  // issues, whether its vector branch is being written, and those loads (each with its unrolled loop).
   int row_turn_stage_ = -1;
   bool turn_loads_open_ = false;
-  struct TurnLoad {
-    int param;
-    std::string base;  // the step's first element, in row variables and kiln_vb
-    DType dtype;
-  };
-  std::vector<TurnLoad> turn_loads_;
-  struct {
-    int64_t steps = 0, step = 0;
-  } turn_steps_;
+  std::vector<RegisterLoad> turn_loads_;
   // Schedule::early_loads (CUDA): the row's first reduction stage (the early loads are issued before it), whether
   // the vector branch of a stage after it is being written, and the loads read from registers.
   int early_after_ = -1;
   bool early_loads_open_ = false;
-  struct EarlyLoad {
-    int param;
-    std::string base;  // the step's first element, in row variables and kiln_vb
-    DType dtype;
-    int64_t elements, steps, step;  // elements a step reads; the unrolled loop's steps and elements a step covers
-  };
-  std::vector<EarlyLoad> early_loads_;
+  std::vector<RegisterLoad> early_loads_;
 };
 
 // The largest magnitude any partial sum of `e` (or of an expression inside a division or modulo) can take,

@@ -97,30 +97,52 @@ TEST(GpuBackend, DescribesTheDevice) {
               gpu->device().flops_per_second / 1e12);
 }
 
-TEST(GpuBackend, EveryZooFusedGroupMatchesTheReference) {
-  KILN_REQUIRE_CUDA_BACKEND();
+// Each fused group of the graphs as the pipeline plans them for `gpu`, as a graph of its own and its lowered
+// kernel, identical kernels once. Composite leftovers (they run on the reference fallback) are not GPU kernels.
+struct GroupKernel {
+  std::string where;  // "<graph> group <id>"
+  Graph sub;
+  kernel::Kernel k;
+};
+std::vector<GroupKernel> distinct_group_kernels(backend::Backend& gpu, const std::vector<std::pair<std::string, Graph>>& graphs) {
+  std::vector<GroupKernel> out;
   std::set<std::string> seen;
-  int groups = 0;
-  for (const std::string& spec : kModels) {
-    auto model = models::build_zoo_model(spec);
-    ASSERT_TRUE(model.ok()) << spec << ": " << model.error().message;
-    auto optimized = passes::run_pipeline(*model, testing::pipeline_for(gpu));
-    ASSERT_TRUE(optimized.ok()) << spec;
+  for (const auto& [name, g] : graphs) {
+    auto optimized = passes::run_pipeline(g, testing::pipeline_for(&gpu));
+    EXPECT_TRUE(optimized.ok()) << name << ": " << optimized.error().message;
+    if (!optimized.ok()) continue;
     for (const passes::FusedGroup& fg : passes::collect_fused_groups(optimized->graph)) {
       if (fg.outputs.empty()) continue;
-      const Graph sub = testing::group_graph(optimized->graph, fg);
+      Graph sub = testing::group_graph(optimized->graph, fg);
       std::vector<NodeId> all;
       for (NodeId i = 0; i < static_cast<NodeId>(sub.nodes().size()); ++i) all.push_back(i);
       auto k = kernel::lower_nodes(sub, all, "g");
-      if (!k.ok()) continue;  // composite leftovers run on the reference fallback: not a GPU kernel
-      if (!seen.insert(kernel::kernel_hash(*k)).second) continue;
-      ++groups;
-      EXPECT_EQ(testing::check_plan_on(*gpu, sub, sub, false, testing::row_length(sub)), "")
-          << spec << " group " << fg.id << "\n" << kernel::kernel_to_text(*k);
+      if (!k.ok() || !seen.insert(kernel::kernel_hash(*k)).second) continue;
+      out.push_back({name + " group " + std::to_string(fg.id), std::move(sub), std::move(k).value()});
     }
   }
-  std::printf("  %d distinct fused groups checked on the GPU\n", groups);
-  EXPECT_GT(groups, 30);
+  return out;
+}
+
+std::vector<std::pair<std::string, Graph>> zoo_graphs() {
+  std::vector<std::pair<std::string, Graph>> out;
+  for (const std::string& spec : kModels) {
+    auto model = models::build_zoo_model(spec);
+    EXPECT_TRUE(model.ok()) << spec << ": " << model.error().message;
+    if (model.ok()) out.emplace_back(spec, std::move(model).value());
+  }
+  return out;
+}
+
+TEST(GpuBackend, EveryZooFusedGroupMatchesTheReference) {
+  KILN_REQUIRE_CUDA_BACKEND();
+  const std::vector<GroupKernel> groups = distinct_group_kernels(*gpu, zoo_graphs());
+  for (const GroupKernel& gk : groups) {
+    EXPECT_EQ(testing::check_plan_on(*gpu, gk.sub, gk.sub, false, testing::row_length(gk.sub)), "")
+        << gk.where << "\n" << kernel::kernel_to_text(gk.k);
+  }
+  std::printf("  %zu distinct fused groups checked on the GPU\n", groups.size());
+  EXPECT_GT(groups.size(), 30u);
 }
 
 // Row reductions whose rows span 2, 4 and 8 warps exchange through a slot each (one barrier after the warps'
@@ -231,39 +253,26 @@ TEST(GpuBackend, RowTurnsMatchTheReference) {
 // kernels whose source carries early loads, so the test cannot pass by emitting none.
 TEST(GpuBackend, EarlyLoadsMatchTheReference) {
   KILN_REQUIRE_CUDA_BACKEND();
-  std::vector<Graph> graphs = {testing::layernorm_modulate_amax_graph(4099, 3072), testing::rmsnorm_graph(1001, 3072),
-                               testing::rmsnorm_graph(8193, 128)};
-  for (const std::string& spec : kModels) {
-    auto model = models::build_zoo_model(spec);
-    ASSERT_TRUE(model.ok()) << spec << ": " << model.error().message;
-    graphs.push_back(std::move(model).value());
-  }
-  std::set<std::string> seen;
+  std::vector<std::pair<std::string, Graph>> graphs = zoo_graphs();
+  graphs.emplace_back("layernorm + modulate + amax", testing::layernorm_modulate_amax_graph(4099, 3072));
+  graphs.emplace_back("rmsnorm of 3072", testing::rmsnorm_graph(1001, 3072));
+  graphs.emplace_back("rmsnorm of 128", testing::rmsnorm_graph(8193, 128));
   int checked = 0, early = 0;
-  for (const Graph& g : graphs) {
-    auto optimized = passes::run_pipeline(g, testing::pipeline_for(gpu));
-    ASSERT_TRUE(optimized.ok()) << optimized.error().message;
-    for (const passes::FusedGroup& fg : passes::collect_fused_groups(optimized->graph)) {
-      if (fg.outputs.empty()) continue;
-      const Graph sub = testing::group_graph(optimized->graph, fg);
-      std::vector<NodeId> all;
-      for (NodeId i = 0; i < static_cast<NodeId>(sub.nodes().size()); ++i) all.push_back(i);
-      auto k = kernel::lower_nodes(sub, all, "g");
-      if (!k.ok() || !k->has_reduction() || !seen.insert(kernel::kernel_hash(*k)).second) continue;
-      for (int turns : {1, 0}) {
-        kernel::Schedule s = kernel::default_schedule(*k, kernel::Target::cuda, gpu->device().compute_units);
-        s.early_loads = true;
-        s.row_loop = turns;
-        if (!kernel::can_implement(*k, s, kernel::Target::cuda).ok()) continue;
-        auto emitted = kernel::emit_module({{&*k, s, "g"}}, kernel::Target::cuda);
-        ASSERT_TRUE(emitted.ok()) << emitted.error().message;
-        early += emitted->source.find("kiln_el0") != std::string::npos;
-        backend::PlanOptions options;
-        options.schedules[kernel::kernel_hash(*k)] = s;
-        EXPECT_EQ(testing::check_plan_on(*gpu, sub, sub, false, testing::row_length(sub), options), "")
-            << kernel::schedule_to_string(s) << "\n" << kernel::kernel_to_text(*k);
-        ++checked;
-      }
+  for (const GroupKernel& gk : distinct_group_kernels(*gpu, graphs)) {
+    if (!gk.k.has_reduction()) continue;
+    for (int turns : {1, 0}) {
+      kernel::Schedule s = kernel::default_schedule(gk.k, kernel::Target::cuda, gpu->device().compute_units);
+      s.early_loads = true;
+      s.row_loop = turns;
+      if (!kernel::can_implement(gk.k, s, kernel::Target::cuda).ok()) continue;
+      auto emitted = kernel::emit_module({{&gk.k, s, "g"}}, kernel::Target::cuda);
+      ASSERT_TRUE(emitted.ok()) << emitted.error().message;
+      early += emitted->source.find("kiln_el0") != std::string::npos;
+      backend::PlanOptions options;
+      options.schedules[kernel::kernel_hash(gk.k)] = s;
+      EXPECT_EQ(testing::check_plan_on(*gpu, gk.sub, gk.sub, false, testing::row_length(gk.sub), options), "")
+          << gk.where << ", " << kernel::schedule_to_string(s) << "\n" << kernel::kernel_to_text(gk.k);
+      ++checked;
     }
   }
   std::printf("  %d kernels with a reduction checked with early loads, %d of them carrying some\n", checked, early);
