@@ -182,7 +182,8 @@ std::map<size_t, InPlaceConcat> in_place_concats(const Graph& g, const std::vect
     if (axis != -1 && axis != rank - 1) continue;
     const int64_t width = ct.shape.back();
     const int64_t es = static_cast<int64_t>(dtype_size(ct.dtype));
-    InPlaceConcat plan{c.outputs[0], {}};
+    InPlaceConcat plan;
+    plan.concat = c.outputs[0];
     int64_t column = 0;
     bool ok = (width * es) % kPitchAlign == 0;
     for (ValueId in : c.inputs) {
