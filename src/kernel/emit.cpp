@@ -909,9 +909,18 @@ class KernelWriter {
     }
     return -1;
   }
+  bool is_row_var(int v) const { return std::find(k_.row_vars.begin(), k_.row_vars.end(), v) != k_.row_vars.end(); }
   bool only_row_vars(const IndexExpr& e) const {
     for (int v : index_vars(e)) {
-      if (std::find(k_.row_vars.begin(), k_.row_vars.end(), v) == k_.row_vars.end()) return false;
+      if (!is_row_var(v)) return false;
+    }
+    return true;
+  }
+  // Whether `e` mentions only row variables and the current vector loop's: a place a row's registers can hold
+  // ahead of the loop (turn and early loads).
+  bool only_row_and_step_vars(const IndexExpr& e) const {
+    for (int v : index_vars(e)) {
+      if (!is_row_var(v) && v != vec_.var) return false;
     }
     return true;
   }
@@ -966,13 +975,9 @@ class KernelWriter {
   // vector loop is read from the registers kiln_pf<j>, which the previous turn filled (turn_loads_code); the
   // expression to copy the step's words from, or "" for a load from memory.
   std::string turn_load_source(const Expr& e) {
-    if (!turn_loads_open_ || vec_.steps == 0) return "";
-    bool per_row = false;
-    for (int v : index_vars(e.offset)) {
-      const bool row = std::find(k_.row_vars.begin(), k_.row_vars.end(), v) != k_.row_vars.end();
-      if (!row && v != vec_.var) return "";
-      per_row = per_row || row;
-    }
+    if (!turn_loads_open_ || vec_.steps == 0 || !only_row_and_step_vars(e.offset)) return "";
+    const auto vars = index_vars(e.offset);
+    const bool per_row = std::any_of(vars.begin(), vars.end(), [&](int v) { return is_row_var(v); });
     if (!per_row) return "";  // the same words for every row: in the cache already
     const RegisterLoad load{e.param, idx_at_vector_base(e.offset), k_.inputs[e.param].type.dtype, c_.s.vector_width,
                             vec_.steps, vec_.step};
@@ -1018,11 +1023,7 @@ class KernelWriter {
   static constexpr int64_t kEarlyWords = 8;
   // `base`: the first element read, in row variables and kiln_vb; `elements`: how many (a vector step, or a span).
   std::string early_load_source(const Expr& e, const std::string& base, int64_t elements) {
-    if (!early_loads_open_ || vec_.steps == 0) return "";
-    for (int v : index_vars(e.offset)) {
-      const bool row = std::find(k_.row_vars.begin(), k_.row_vars.end(), v) != k_.row_vars.end();
-      if (!row && v != vec_.var) return "";
-    }
+    if (!early_loads_open_ || vec_.steps == 0 || !only_row_and_step_vars(e.offset)) return "";
     const RegisterLoad load{e.param, base, k_.inputs[e.param].type.dtype, elements, vec_.steps, vec_.step};
     auto it = std::find(early_loads_.begin(), early_loads_.end(), load);
     if (it == early_loads_.end()) {

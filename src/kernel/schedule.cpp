@@ -474,9 +474,9 @@ Schedule default_schedule(const Kernel& k, Target target, int cores, int64_t cac
     if (!can_implement(k, s, target).ok()) s.cache_row = false;
     // Early loads where a row's reduction crosses warps (its exchange waits at a barrier, which the loads can
     // overlap). On an H100 (session 38, each kernel against its variants twice in turn) the FLUX blocks'
-    // layernorm kernels of 128 threads a row ran 4-13% faster with them and none slower (the 100 MB one 2%, the
-    // 75 and 85 MB ones level); the q/k norms + RoPE of 16 threads a row, whose reduction is a few shuffles, up to
-    // 5.5% slower (their registers cost blocks an SM).
+    // layernorm kernels of 128 threads a row ran level or 2-13% faster with them and none slower (the LN +
+    // modulate ones 4-13%, the 100 MB one 2%, the 9, 75 and 85 MB ones level); the q/k norms + RoPE of 16
+    // threads a row, whose reduction is a few shuffles, level to 5.5% slower (their registers cost blocks an SM).
     s.early_loads = tpr > 32 && k.has_reduction();
     return s;
   }
