@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <string_view>
+
 #include "harness/compare.h"
 #include "harness/inputs.h"
 #include "kernel/emit.h"
@@ -46,6 +49,23 @@ Result<std::string> check_candidate(backend::Backend& backend, const backend::Lo
   return std::string();
 }
 
+// The code a schedule emits for `kernel`, without the comment that names the schedule: two schedules with the
+// same text compile to the same kernel.
+Result<std::string> emitted_code(const kernel::Kernel& kernel, const kernel::Schedule& schedule, kernel::Target target) {
+  KILN_ASSIGN_OR_RETURN(kernel::EmittedModule emitted, kernel::emit_module({{&kernel, schedule, "kiln_code"}}, target));
+  const kernel::EmittedKernel& k = emitted.kernels.at(0);
+  std::string code = fmt::format("grid {} block {}x{}\n", k.grid, k.block_x, k.block_y);
+  size_t at = 0;
+  while (at < emitted.source.size()) {
+    size_t end = emitted.source.find('\n', at);
+    if (end == std::string::npos) end = emitted.source.size();
+    const std::string_view line(emitted.source.data() + at, end - at);
+    if (!line.starts_with("// kernel ")) code.append(line).push_back('\n');
+    at = end + 1;
+  }
+  return code;
+}
+
 }  // namespace
 
 Result<ReferenceRun> run_reference(const kernel::Kernel& kernel, const harness::KernelTask& task, uint64_t seed) {
@@ -71,6 +91,7 @@ Result<std::vector<ScheduleMeasurement>> measure_schedules_on_backend(backend::B
   // One module holds every candidate that can be implemented: one compile for the whole search.
   std::vector<kernel::KernelToEmit> to_emit;
   std::vector<size_t> candidate_of_entry;
+  std::vector<std::pair<std::string, size_t>> codes;  // each measured candidate's code, its index
   for (size_t i = 0; i < schedules.size(); ++i) {
     results[i].schedule = schedules[i];
     const Status can = kernel::can_implement(kernel, schedules[i], backend.target());
@@ -78,6 +99,13 @@ Result<std::vector<ScheduleMeasurement>> measure_schedules_on_backend(backend::B
       results[i].failure = "cannot implement: " + can.error().message;
       continue;
     }
+    KILN_ASSIGN_OR_RETURN(std::string code, emitted_code(kernel, schedules[i], backend.target()));
+    auto same = std::find_if(codes.begin(), codes.end(), [&](const auto& c) { return c.first == code; });
+    if (same != codes.end()) {
+      results[i].same_code_as = static_cast<int>(same->second);
+      continue;
+    }
+    codes.emplace_back(std::move(code), i);
     to_emit.push_back({&kernel, schedules[i], fmt::format("{}_s{}", kernel.name, i)});
     candidate_of_entry.push_back(i);
   }
@@ -141,6 +169,15 @@ Result<std::vector<ScheduleMeasurement>> measure_schedules_on_backend(backend::B
     m.passed = true;
     m.median_seconds = timing->median_seconds;
     m.min_seconds = timing->min_seconds;
+  }
+  for (ScheduleMeasurement& m : results) {
+    if (m.same_code_as < 0) continue;
+    const ScheduleMeasurement& same = results[static_cast<size_t>(m.same_code_as)];
+    m.passed = same.passed;
+    m.failure = same.failure;
+    m.median_seconds = same.median_seconds;
+    m.min_seconds = same.min_seconds;
+    m.worst_baseline_ratio = same.worst_baseline_ratio;
   }
   return results;
 }

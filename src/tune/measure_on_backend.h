@@ -24,6 +24,10 @@ struct ScheduleMeasurement {
   double median_seconds = 0;
   double min_seconds = 0;
   double worst_baseline_ratio = 0;  // largest error over outputs, in correctly-rounded errors (harness/compare.h)
+  // The index of an earlier schedule of the same call that emits the same code (a field this kernel has no use
+  // for, such as early loads where no load qualifies): that one is compiled, checked and timed, this one gets
+  // its results. -1: measured itself.
+  int same_code_as = -1;
 };
 
 struct MeasureOptions {

@@ -67,6 +67,28 @@ TEST(MeasureOnBackend, EveryCandidateIsCheckedThenTimed) {
   EXPECT_EQ(bad.median_seconds, 0);
 }
 
+// A schedule whose code is one already in the call (here: the same schedule again) is measured once: it gets
+// that candidate's results and says which it is.
+TEST(MeasureOnBackend, ASchedulesCodeIsMeasuredOnce) {
+  const FusedKernel f = layernorm_modulate(33, 200);
+  backend::Backend& cpu = testing::cpu_backend();
+  std::vector<kernel::Schedule> candidates = kernel::schedule_space(f.kernel, kernel::Target::cpu, 1);
+  ASSERT_GE(candidates.size(), 2u);
+  candidates.resize(2);
+  candidates.push_back(candidates[1]);
+  auto measured = tune::measure_schedules_on_backend(cpu, f.kernel, f.task, candidates, {{1, 3}, 7});
+  ASSERT_TRUE(measured.ok()) << measured.error().message;
+  ASSERT_EQ(measured->size(), 3u);
+  EXPECT_EQ((*measured)[0].same_code_as, -1);
+  EXPECT_EQ((*measured)[1].same_code_as, -1);
+  const tune::ScheduleMeasurement& again = (*measured)[2];
+  EXPECT_EQ(again.same_code_as, 1);
+  EXPECT_TRUE(again.passed) << again.failure;
+  EXPECT_EQ(again.median_seconds, (*measured)[1].median_seconds);
+  EXPECT_EQ(again.min_seconds, (*measured)[1].min_seconds);
+  EXPECT_TRUE(again.schedule == candidates[2]);
+}
+
 // The search on the backend: round 0 is the current schedule and a spread over the space (not its first
 // corner), each later round neighbours of the fastest so far; never more than max_candidates, no schedule
 // twice, and `best` is the fastest that passed.
