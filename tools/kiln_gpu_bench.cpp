@@ -9,8 +9,7 @@
 //     copy bandwidth, and the plan rebuilt with the winners, timed as deployed (CUDA graph).
 //   - with --plan SPEC: the model's unfused and fused plans timed (stream and CUDA graph), each generated
 //     kernel printed with its group (kiln_kN is what ncu names it); --fused-only skips the unfused plan, and
-//     --lanes N builds the fused plan (and its graph: defer-columns) for N lanes (with N > 1 its CUDA graph is
-//     also timed against one captured with the lanes' stream priorities off, in turn: cuda::set_lane_priority). The
+//     --lanes N builds the fused plan (and its graph: defer-columns) for N lanes. The
 //     fused plan's steps are profiled (each alone; memory-bound kernels beside a copy of as many bytes), its
 //     GEMMs' chosen algorithms audited, and with --profile-window one run sits between cuProfilerStart/Stop
 //     (for `ncu --profile-from-start off`: every kernel of one run, as it runs in the plan).
@@ -545,29 +544,6 @@ json time_from_idle(backend::Backend& gpu, const std::function<Status()>& replay
   return out;
 }
 
-// A plan of several lanes as a CUDA graph with the lanes' stream priorities (lane 0 first, the default) against
-// the same plan captured with them off, timed in turn over kRounds rounds (each sample the median of 5 replays).
-json lane_priority_ab(backend::Backend& gpu, backend::Plan& plan, const std::function<Status()>& with_priority) {
-  constexpr int kRounds = 12;
-  must(cuda::set_lane_priority(gpu, false));
-  auto flat = gpu.capture([&] { return plan.execute(); });
-  must(cuda::set_lane_priority(gpu, true));
-  if (!flat.ok()) return json{{"error", flat.error().message}};
-  std::vector<double> on, off;
-  for (int r = 0; r < kRounds; ++r) {
-    const bool on_first = r % 2 == 0;
-    for (int j = 0; j < 2; ++j) {
-      const bool priority = (j == 0) == on_first;
-      const double ms = must(gpu.time(priority ? with_priority : *flat, {1, 5})).median_seconds * 1e3;
-      (priority ? on : off).push_back(ms);
-    }
-  }
-  const double on_ms = median(on), off_ms = median(off);
-  std::printf("  lane priorities (CUDA graph, %d rounds in turn): on %.4f ms, off %.4f ms: off / on %.3f\n", kRounds,
-              on_ms, off_ms, off_ms / on_ms);
-  return json{{"on_ms", on_ms}, {"off_ms", off_ms}, {"off_over_on", off_ms / on_ms}, {"rounds", kRounds}};
-}
-
 // `lanes`: the fused plan's (PlanOptions::lanes), its graph built for them (PipelineOptions::lanes).
 json bench_plan(const std::string& spec, int reps, bool fused_only, bool profile_window, int lanes) {
   json row = {{"model", spec}};
@@ -614,7 +590,6 @@ json bench_plan(const std::string& spec, int reps, bool fused_only, bool profile
                 {"median_ms", timing->median_seconds * 1e3}, {"min_ms", timing->min_seconds * 1e3},
                 {"cuda_graph_median_ms", graph_ms}, {"cuda_graph_error", graph_error}};
     if (std::string(name) == "fused") {
-      if (replay.ok() && options.lanes > 1) result["lane_priority_ab"] = lane_priority_ab(gpu, **plan, *replay);
       if (replay.ok()) result["kernel_trace"] = trace_replays(gpu, *replay, graph_ms);
       if (replay.ok()) result["from_idle"] = time_from_idle(gpu, *replay);
       result["details"] = plan_details(gpu, **plan, graph_ms, profile_window);

@@ -262,14 +262,7 @@ class CudaBackend final : public backend::Backend {
   }
 
   // Two streams: the image and text streams of a FLUX double block are two chains of GEMMs and row kernels.
-  // Lane 0's stream has the device's greatest priority and the others the default: where the lanes' kernels
-  // compete for the SMs, the GPU starts lane 0's pending blocks first. Lane 0 holds the chain the stage's joins
-  // continue (backend/lanes.h), so the other lanes' work fills the SMs lane 0 leaves idle (a GEMM's or an
-  // attention's last partial wave, a row kernel's tail) instead of delaying it. In a CUDA graph each kernel keeps
-  // the priority of the lane it was captured from (`set_lane_priority` turns that off, for an A/B).
   int lanes() const override { return kLanes; }
-
-  void set_lane_priority(bool on) { lane_priority_ = on; }
 
   // Each lane past the first has its own stream and cuBLASLt workspace (GEMMs on two streams must not share
   // one); made on first use.
@@ -315,8 +308,7 @@ class CudaBackend final : public backend::Backend {
     capturing_ = true;
     Status recorded = work();
     capturing_ = false;
-    // ends the capture even when work failed
-    auto graph = CapturedGraph::end_capture(stream_.handle(), lane_priority_);
+    auto graph = CapturedGraph::end_capture(stream_.handle());  // ends the capture even when work failed
     if (!recorded.ok())
       return with_context(recorded.error(), "while capturing a CUDA graph (a plan runs once before it is captured: its "
                                             "first run chooses GEMM algorithms and makes their buffers)");
@@ -776,7 +768,6 @@ class CudaBackend final : public backend::Backend {
   Context context_;
   Stream stream_;
   bool capturing_ = false;
-  bool lane_priority_ = true;  // graphs captured from here on: see lanes()
   BlasLt blas_;
   int lane_ = 0;
   std::vector<Stream> lane_streams_;  // lanes 1..
@@ -805,7 +796,7 @@ class CudaBackend final : public backend::Backend {
 
 Result<std::unique_ptr<backend::Backend>> make_cuda_backend() {
   KILN_ASSIGN_OR_RETURN(Context context, Context::open(0));
-  KILN_ASSIGN_OR_RETURN(Stream stream, Stream::create(/*high=*/true));  // lane 0 (CudaBackend::lanes)
+  KILN_ASSIGN_OR_RETURN(Stream stream, Stream::create());
   KILN_ASSIGN_OR_RETURN(BlasLt blas, BlasLt::create());
   auto backend = std::make_unique<CudaBackend>(std::move(context), std::move(stream), std::move(blas));
   KILN_TRY(backend->measure());
@@ -822,13 +813,6 @@ Status force_gemm_choice(backend::Backend& cuda, const std::string& desc, int ca
   auto* b = dynamic_cast<CudaBackend*>(&cuda);
   if (b == nullptr) return make_error(ErrorCode::invalid_argument, "force_gemm_choice needs the CUDA backend");
   return b->force_gemm_choice(desc, candidate);
-}
-
-Status set_lane_priority(backend::Backend& cuda, bool on) {
-  auto* b = dynamic_cast<CudaBackend*>(&cuda);
-  if (b == nullptr) return make_error(ErrorCode::invalid_argument, "set_lane_priority needs the CUDA backend");
-  b->set_lane_priority(on);
-  return ok_status();
 }
 
 void register_cuda_backend() { backend::register_backend_factory("cuda", make_cuda_backend); }

@@ -54,8 +54,4 @@ Result<std::vector<GemmAudit>> audit_gemm_choices(backend::Backend& cuda, int re
 // that chose (BlasLt::agrees). For measuring choices inside a whole plan (kiln-gpu-bench); errors name the shape.
 Status force_gemm_choice(backend::Backend& cuda, const std::string& desc, int candidate);
 
-// Whether CUDA graphs captured from now on run each kernel at its lane's stream priority (lane 0 first; the
-// default) or all at one priority. For A/B-ing the priorities inside a whole plan (kiln-gpu-bench).
-Status set_lane_priority(backend::Backend& cuda, bool on);
-
 }  // namespace kiln::cuda

@@ -145,13 +145,10 @@ Status DeviceBuffer::fill_bytes(uint8_t value) {
   return check(cu().cuMemsetD8(ptr_, value, static_cast<size_t>(bytes_)), "cuMemsetD8");
 }
 
-Result<Stream> Stream::create(bool high) {
+Result<Stream> Stream::create() {
   KILN_TRY(require_driver());
-  int least = 0, greatest = 0;
-  if (high) KILN_TRY(check(cu().cuCtxGetStreamPriorityRange(&least, &greatest), "cuCtxGetStreamPriorityRange"));
   CUstream stream = nullptr;
-  KILN_TRY(check(cu().cuStreamCreateWithPriority(&stream, CU_STREAM_NON_BLOCKING, high ? greatest : least),
-                 "cuStreamCreateWithPriority"));
+  KILN_TRY(check(cu().cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate"));
   return Stream(stream);
 }
 
@@ -260,12 +257,11 @@ Status CapturedGraph::begin_capture(CUstream stream) {
   return check(cu().cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "cuStreamBeginCapture");
 }
 
-Result<CapturedGraph> CapturedGraph::end_capture(CUstream stream, bool node_priority) {
+Result<CapturedGraph> CapturedGraph::end_capture(CUstream stream) {
   CUgraph graph = nullptr;
   KILN_TRY(check(cu().cuStreamEndCapture(stream, &graph), "cuStreamEndCapture"));
   CUgraphExec exec = nullptr;
-  CUresult result =
-      cu().cuGraphInstantiate(&exec, graph, node_priority ? CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY : 0);
+  CUresult result = cu().cuGraphInstantiate(&exec, graph, 0);
   if (result != CUDA_SUCCESS) {
     cu().cuGraphDestroy(graph);
     return driver_error(result, "cuGraphInstantiate");

@@ -82,9 +82,7 @@ class DeviceBuffer {
 
 class Stream {
  public:
-  // `high`: the device's greatest stream priority, whose pending blocks the GPU schedules before those of
-  // streams at the default (least) priority; otherwise the default.
-  static Result<Stream> create(bool high = false);
+  static Result<Stream> create();
   Stream(Stream&& other) noexcept : stream_(other.stream_) { other.stream_ = nullptr; }
   Stream(const Stream&) = delete;
   ~Stream();
@@ -155,9 +153,7 @@ Result<int> resident_blocks_per_multiprocessor(CUfunction function, int threads)
 class CapturedGraph {
  public:
   static Status begin_capture(CUstream stream);
-  // `node_priority`: each kernel runs at the priority of the stream it was captured from
-  // (CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY); otherwise every node at the launch stream's.
-  static Result<CapturedGraph> end_capture(CUstream stream, bool node_priority = true);
+  static Result<CapturedGraph> end_capture(CUstream stream);
   CapturedGraph(CapturedGraph&& other) noexcept;
   CapturedGraph(const CapturedGraph&) = delete;
   ~CapturedGraph();
