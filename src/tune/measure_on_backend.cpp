@@ -49,12 +49,14 @@ Result<std::string> check_candidate(backend::Backend& backend, const backend::Lo
   return std::string();
 }
 
-// The code a schedule emits for `kernel`, without the comment that names the schedule: two schedules with the
-// same text compile to the same kernel.
+// What a schedule runs for `kernel`: how it is launched (CUDA: grid and block; CPU: the pool threads and rows a
+// task, which the backend reads from the schedule, not the source) and the code it emits, without the comment
+// that names the schedule. Two schedules with the same text run the same kernel the same way.
 Result<std::string> emitted_code(const kernel::Kernel& kernel, const kernel::Schedule& schedule, kernel::Target target) {
   KILN_ASSIGN_OR_RETURN(kernel::EmittedModule emitted, kernel::emit_module({{&kernel, schedule, "kiln_code"}}, target));
   const kernel::EmittedKernel& k = emitted.kernels.at(0);
-  std::string code = fmt::format("grid {} block {}x{}\n", k.grid, k.block_x, k.block_y);
+  std::string code = fmt::format("grid {} block {}x{} threads {} rows a task {}\n", k.grid, k.block_x, k.block_y,
+                                 schedule.threads, schedule.rows_per_task);
   size_t at = 0;
   while (at < emitted.source.size()) {
     size_t end = emitted.source.find('\n', at);

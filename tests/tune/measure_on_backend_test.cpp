@@ -68,7 +68,8 @@ TEST(MeasureOnBackend, EveryCandidateIsCheckedThenTimed) {
 }
 
 // A schedule whose code is one already in the call (here: the same schedule again) is measured once: it gets
-// that candidate's results and says which it is.
+// that candidate's results and says which it is. One that emits the same source but launches differently (the
+// CPU's pool threads are read at launch) is measured itself.
 TEST(MeasureOnBackend, ASchedulesCodeIsMeasuredOnce) {
   const FusedKernel f = layernorm_modulate(33, 200);
   backend::Backend& cpu = testing::cpu_backend();
@@ -76,11 +77,17 @@ TEST(MeasureOnBackend, ASchedulesCodeIsMeasuredOnce) {
   ASSERT_GE(candidates.size(), 2u);
   candidates.resize(2);
   candidates.push_back(candidates[1]);
+  kernel::Schedule more_threads = candidates[1];
+  more_threads.threads = candidates[1].threads + 1;
+  ASSERT_TRUE(kernel::can_implement(f.kernel, more_threads, kernel::Target::cpu).ok());
+  candidates.push_back(more_threads);
   auto measured = tune::measure_schedules_on_backend(cpu, f.kernel, f.task, candidates, {{1, 3}, 7});
   ASSERT_TRUE(measured.ok()) << measured.error().message;
-  ASSERT_EQ(measured->size(), 3u);
+  ASSERT_EQ(measured->size(), 4u);
   EXPECT_EQ((*measured)[0].same_code_as, -1);
   EXPECT_EQ((*measured)[1].same_code_as, -1);
+  EXPECT_EQ((*measured)[3].same_code_as, -1) << "a schedule with other pool threads is another launch";
+  EXPECT_TRUE((*measured)[3].passed) << (*measured)[3].failure;
   const tune::ScheduleMeasurement& again = (*measured)[2];
   EXPECT_EQ(again.same_code_as, 1);
   EXPECT_TRUE(again.passed) << again.failure;
