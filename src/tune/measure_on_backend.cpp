@@ -51,7 +51,9 @@ Result<std::string> check_candidate(backend::Backend& backend, const backend::Lo
 
 // What a schedule runs for `kernel`: how it is launched (CUDA: grid and block; CPU: the pool threads and rows a
 // task, which the backend reads from the schedule, not the source) and the code it emits, without the comment
-// that names the schedule. Two schedules with the same text run the same kernel the same way.
+// emit_module writes above each kernel ("// kernel NAME (...), schedule ..."). Two schedules with the same text run
+// the same kernel the same way. (The module that is compiled is emitted again: emission costs little next to a
+// compile.)
 Result<std::string> emitted_code(const kernel::Kernel& kernel, const kernel::Schedule& schedule, kernel::Target target) {
   KILN_ASSIGN_OR_RETURN(kernel::EmittedModule emitted, kernel::emit_module({{&kernel, schedule, "kiln_code"}}, target));
   const kernel::EmittedKernel& k = emitted.kernels.at(0);
@@ -172,14 +174,13 @@ Result<std::vector<ScheduleMeasurement>> measure_schedules_on_backend(backend::B
     m.median_seconds = timing->median_seconds;
     m.min_seconds = timing->min_seconds;
   }
+  // A candidate of the same code takes every result of the one measured; its own schedule and pointer stay.
   for (ScheduleMeasurement& m : results) {
     if (m.same_code_as < 0) continue;
-    const ScheduleMeasurement& same = results[static_cast<size_t>(m.same_code_as)];
-    m.passed = same.passed;
-    m.failure = same.failure;
-    m.median_seconds = same.median_seconds;
-    m.min_seconds = same.min_seconds;
-    m.worst_baseline_ratio = same.worst_baseline_ratio;
+    ScheduleMeasurement same = results[static_cast<size_t>(m.same_code_as)];
+    same.schedule = m.schedule;
+    same.same_code_as = m.same_code_as;
+    m = std::move(same);
   }
   return results;
 }
