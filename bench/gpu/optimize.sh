@@ -70,10 +70,16 @@ PY
   ))
   echo "${peers[@]}"
   echo "== kiln optimize $model --backend cuda --budget $budget"
+  # Head to head: the peer (peer_regimes.py, from idle) and kiln's final Plan timed in turn, KILN_PEER_ROUNDS
+  # rounds (3; 0 leaves them out): each round's ratio compares one power and clock state of the GPU.
+  h2h=()
+  rounds="${KILN_PEER_ROUNDS:-3}"
+  [ "$rounds" != 0 ] && h2h=(--peer-rounds "$rounds" --peer-command
+    "python3 '$root/bench/gpu/peer_regimes.py' '$dir/peer_round.json' --blocks $block --sustain 0 --figures torch.compile")
   kb=(--kb "$out/kiln-kb.sqlite")
   [ -n "${KILN_NO_KB:-}" ] && kb=(--no-kb)  # no knowledge base and no kernel tuner: a shorter call
   timeout "${KILN_OPTIMIZE_TIMEOUT:-340}" "$kiln" optimize "$model" --backend cuda --budget "$budget" -o "$dir/optimize" \
-    "${kb[@]}" "${peers[@]}" > "$dir/optimize.log" 2>&1 || status=1
+    "${kb[@]}" "${peers[@]}" "${h2h[@]}" > "$dir/optimize.log" 2>&1 || status=1
   tail -14 "$dir/optimize.log"
   # The device tool brings back only shallow folders: the report and log also at the top, by block.
   cp "$dir/optimize/report.json" "$out/$block-report.json" 2> /dev/null

@@ -12,7 +12,10 @@ runs 11-15% faster than the same plan under sustained load, so a ratio is only f
 regime. The blocks, weights and inputs are the peer script's own (imported from .peer/torch_flux_block.py, the
 copy the device call carries); nothing about the model is restated here.
 
-  python3 bench/gpu/peer_regimes.py OUT.json [--sustain SECONDS] [--blocks double,single]
+  python3 bench/gpu/peer_regimes.py OUT.json [--sustain SECONDS] [--blocks double,single] [--figures NAME]
+
+With --figures NAME (one block) the last line printed is NAME=MS, the from-idle time: the form `kiln optimize
+--peer-command` reads, which runs this before each of its head-to-head timings of the final Plan.
 """
 import argparse
 import importlib.util
@@ -69,7 +72,11 @@ def main():
     parser.add_argument("--sustain", type=float, default=1.0)
     parser.add_argument("--blocks", default="double,single")
     parser.add_argument("--peer", default=os.path.join(ROOT, ".peer", "torch_flux_block.py"))
+    parser.add_argument("--figures", metavar="NAME",
+                        help="last line NAME=MS, the block's from-idle time (one block; for kiln optimize --peer-command)")
     args = parser.parse_args()
+    if args.figures and "," in args.blocks:
+        sys.exit("--figures prints one block's figure: give one block in --blocks")
     if not os.path.exists(args.peer):
         sys.exit(f"no peer script at {args.peer}: copy ../shared/bench/torch_flux_block.py to .peer/ and carry it")
     peer = load_peer(args.peer)
@@ -105,6 +112,8 @@ def main():
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)
     print("RESULT " + json.dumps(result), flush=True)
+    if args.figures:
+        print(f"{args.figures}={result[args.blocks]['from_idle_ms']}", flush=True)
 
 
 if __name__ == "__main__":

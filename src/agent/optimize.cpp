@@ -59,6 +59,7 @@ class Loop {
   void finish_knowledge();
   // The final summary, config, graph and Plan into the result; the plan recorded in the knowledge base.
   Result<OptimizeResult> finish();
+  Status run_peer_rounds();  // OptimizeOptions::peer_round
 
   const Graph& model_;
   const std::map<std::string, Tensor>& inputs_;
@@ -465,6 +466,26 @@ Result<OptimizeResult> Loop::run() {
   return finish();
 }
 
+Status Loop::run_peer_rounds() {
+  for (int round = 1; options_.peer_round && round <= options_.peer_rounds; ++round) {
+    Result<std::map<std::string, double>> peer = options_.peer_round();
+    if (!peer.ok()) {
+      result_.peer_rounds_error = fmt::format("round {} of {}: {}", round, options_.peer_rounds, peer.error().message);
+      say("head to head stopped: " + result_.peer_rounds_error);
+      return ok_status();
+    }
+    KILN_TRY(backend_.synchronize());
+    if (options_.settle_seconds > 0) std::this_thread::sleep_for(std::chrono::duration<double>(options_.settle_seconds));
+    KILN_ASSIGN_OR_RETURN(backend::Timing measured, backend_.time(current_.replay, kPeerTiming));
+    std::string figures;
+    for (const auto& [name, seconds] : *peer) figures += fmt::format(", {} {:.4g} ms", name, seconds * 1e3);
+    say(fmt::format("head to head, round {} of {}: kiln {:.4g} ms{}", round, options_.peer_rounds,
+                    measured.median_seconds * 1e3, figures));
+    result_.peer_rounds.push_back({std::move(*peer), measured.median_seconds});
+  }
+  return ok_status();
+}
+
 Result<OptimizeResult> Loop::finish() {
   KILN_TRY(backend_.synchronize());
   if (options_.settle_seconds > 0) std::this_thread::sleep_for(std::chrono::duration<double>(options_.settle_seconds));
@@ -483,6 +504,7 @@ Result<OptimizeResult> Loop::finish() {
     KILN_ASSIGN_OR_RETURN(backend::Timing sustained, backend_.time(current_.replay, {0, kPeerTiming.repetitions}));
     result_.final_sustained_seconds = sustained.median_seconds;
   }
+  KILN_TRY(run_peer_rounds());
   result_.waterfall.push_back({"the final Plan timed alone at the end", "measured", measured.median_seconds,
                                result_.final_chained_seconds - measured.median_seconds});
   result_.final_summary = current_.plan->summary();

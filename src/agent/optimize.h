@@ -63,6 +63,21 @@ struct OptimizeOptions {
   // load (final_sustained_seconds), where the H200 sits at its power cap (its clocks fell within ~70 ms of
   // load in session 21, the plans slowing by 11-15%). 0: not measured.
   double sustain_seconds = 0;
+  // Head to head with a peer that runs outside kiln (a PyTorch script in another process): after the timings
+  // above, `peer_rounds` rounds, each running peer_round() (the peer's figures by name, in seconds) and then
+  // timing the final Plan again (settle_seconds of idle, kPeerTiming). One round's two figures come from one
+  // power and clock regime: on an H100 the final Plan's time moved 10% between two calls a minute apart, the
+  // peer's 0.4% (session 39), so a ratio of figures from different minutes measures the card's state as much
+  // as the Plan. A round that fails ends the rounds and is recorded (OptimizeResult::peer_rounds_error); the
+  // loop's result stands.
+  std::function<Result<std::map<std::string, double>>()> peer_round;
+  int peer_rounds = 0;
+};
+
+// One head-to-head round (OptimizeOptions::peer_round): the peer's figures, then the final Plan's.
+struct PeerRound {
+  std::map<std::string, double> peer_seconds;  // by the peer's name
+  double kiln_seconds = 0;
 };
 
 struct AttemptRecord {
@@ -113,6 +128,8 @@ struct OptimizeResult {
   // times itself (kPeerTiming): final_seconds(), which peers are compared with. This is where the chain ended.
   double final_chained_seconds = 0;
   double final_sustained_seconds = 0;  // OptimizeOptions::sustain_seconds; 0 when not measured
+  std::vector<PeerRound> peer_rounds;  // in the order run
+  std::string peer_rounds_error;        // why the rounds stopped short; empty when all ran
   // The baseline A/B'd against itself before any attempt (its ratio is 1 in truth), and the tie band it set.
   struct SelfAB {
     double ratio = 0, ci_low = 0, ci_high = 0, tie_threshold = 0;

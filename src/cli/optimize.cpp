@@ -21,6 +21,7 @@
 #include "models/weights.h"
 #include "profile/trace.h"
 #include "report/report_html.h"
+#include "report/peer_command.h"
 #include "report/report_json.h"
 
 namespace kiln::cli {
@@ -40,6 +41,8 @@ struct OptimizeArgs {
   double settle_seconds = 2;
   double sustain_seconds = 1;
   std::vector<std::string> sustained_peers;  // NAME=MS figures of peers timed under sustained load
+  std::string peer_command;                  // run before each head-to-head round (report/peer_command.h)
+  int peer_rounds = 3;
   uint64_t seed = 0;
   ModelSourceOptions source;
 };
@@ -139,6 +142,15 @@ int run_optimize(const OptimizeArgs& args) {
     peer->sustained = true;
     peers.push_back(*peer);
   }
+  if (!(args.peer_rounds >= 1)) {
+    return report_error(make_error(ErrorCode::invalid_argument,
+                                   fmt::format("--peer-rounds {} is not a number of rounds: give 1 or more", args.peer_rounds)));
+  }
+  if (with_workload && !args.peer_command.empty()) {
+    return report_error(make_error(ErrorCode::invalid_argument,
+                                   "--peer-command times a peer of one model at one shape; it does not apply to a "
+                                   "workload's buckets (run kiln optimize on the bucket's model instead)"));
+  }
   if (with_workload && !peers.empty()) {
     return report_error(make_error(ErrorCode::invalid_argument,
                                    "--peer is a figure for one model at one shape; it does not apply to a workload's "
@@ -161,6 +173,11 @@ int run_optimize(const OptimizeArgs& args) {
   options.settle_seconds = args.settle_seconds;
   options.sustain_seconds = args.sustain_seconds;
   options.progress = [](const std::string& line) { fmt::print(stderr, "kiln optimize {}\n", line); };
+  if (!args.peer_command.empty()) {
+    const report::PeerCommand peer{args.peer_command, "", (std::filesystem::path(args.output_dir) / "peer").string()};
+    options.peer_round = [peer] { return report::run_peer_command(peer); };
+    options.peer_rounds = args.peer_rounds;
+  }
   if (!args.no_kb) {
     agent::KbKnowledgeOptions kb_options;
     kb_options.force = args.force;
@@ -225,6 +242,15 @@ int run_optimize(const OptimizeArgs& args) {
       fmt::print("  next to {}{} ({:.4g} ms): kiln's final Plan ({:.4g} ms, timed as the peer is) is {:.2f}x its time\n",
                  p.name, p.sustained ? " under sustained load" : "", p.seconds * 1e3, kiln * 1e3, kiln / p.seconds);
     }
+    for (const report::HeadToHead& h : report::head_to_head(b.result)) {
+      fmt::print("  head to head with {} over {} rounds in turn: kiln / peer {:.3f}x (median; {:.3f}x to {:.3f}x), "
+                 "kiln {:.4g} ms, {} {:.4g} ms (medians)\n",
+                 h.name, h.rounds, h.ratio_median, h.ratio_min, h.ratio_max, h.kiln_median_seconds * 1e3, h.name,
+                 h.peer_median_seconds * 1e3);
+    }
+    if (!b.result.peer_rounds_error.empty()) {
+      fmt::print("  head to head stopped short: {}\n", b.result.peer_rounds_error);
+    }
   }
   if (with_workload) {
     const nlohmann::json wj = report::workload_report_json(*result, dirs);
@@ -282,6 +308,12 @@ void add_optimize_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--peer", args->peers,
                   "NAME=MS: a peer's time for this model on this device, measured in the same session (e.g. "
                   "torch.compile=2.53); the report shows kiln's final time next to it (repeatable)");
+  cmd->add_option("--peer-command", args->peer_command,
+                  "head to head: a shell command (run in the current directory) that times a peer and prints "
+                  "NAME=MS figures as its last line; after the final timing it runs before each of --peer-rounds "
+                  "timings of the final Plan, so each round's ratio compares one state of the device");
+  cmd->add_option("--peer-rounds", args->peer_rounds, "rounds of --peer-command and the final Plan, in turn")
+      ->capture_default_str();
   cmd->callback([=] { *exit_code = run_optimize(*args); });
 }
 

@@ -82,7 +82,7 @@ std::string compiler_version(const std::string& compiler) {
   SandboxLimits limits;
   limits.wall_seconds = 10;
   std::string version = "unknown";
-  auto r = run_sandboxed({{compiler, "--version"}, dir, limits});
+  auto r = run_sandboxed({{compiler, "--version"}, dir, limits, {}});
   if (r.ok() && r->kind == ExitKind::exited && r->exit_code == 0) {
     // The first line names most compilers' version; nvcc's first line is its banner and the last its build.
     std::string text = r->stdout_tail;

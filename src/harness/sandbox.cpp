@@ -50,7 +50,8 @@ void set_limit(int resource, rlim_t value) {
   if (spec.limits.isolate_network && unshare(CLONE_NEWNET) == 0) isolated = 1;
   if (write(report_fd, &isolated, 1) != 1) _exit(127);
   close(report_fd);
-  if (chdir(spec.scratch_dir.c_str()) != 0) _exit(127);
+  const std::string& dir = spec.working_dir.empty() ? spec.scratch_dir : spec.working_dir;
+  if (chdir(dir.c_str()) != 0) _exit(127);
   if (spec.limits.cpu_seconds > 0) set_limit(RLIMIT_CPU, static_cast<rlim_t>(spec.limits.cpu_seconds + 0.999));
   if (spec.limits.address_space_bytes > 0) set_limit(RLIMIT_AS, static_cast<rlim_t>(spec.limits.address_space_bytes));
   if (spec.limits.file_size_bytes > 0) set_limit(RLIMIT_FSIZE, static_cast<rlim_t>(spec.limits.file_size_bytes));

@@ -1,8 +1,8 @@
 // Sandboxed child processes: how untrusted work (compiling or running a candidate kernel) is started. The
 // child gets its own process group, a wall-clock limit (the whole group is killed when it passes), CPU-time,
 // address-space and file-size limits, no network (a fresh network namespace where the kernel allows it), a
-// scratch directory as its working directory, and stdout/stderr captured to files there. The parent learns
-// what happened as data; nothing the child does can take the parent down.
+// scratch directory as its working directory (or one it is given), and stdout/stderr captured to files there.
+// The parent learns what happened as data; nothing the child does can take the parent down.
 #pragma once
 
 #include <string>
@@ -22,8 +22,9 @@ struct SandboxLimits {
 
 struct SandboxSpec {
   std::vector<std::string> argv;  // argv[0] is the program (searched in PATH when it has no '/')
-  std::string scratch_dir;        // working directory; created if missing; stdout/stderr land here
+  std::string scratch_dir;        // created if missing; stdout/stderr land here
   SandboxLimits limits;
+  std::string working_dir;        // where the child runs; empty: scratch_dir
 };
 
 enum class ExitKind { exited, signaled, timed_out };

@@ -150,6 +150,28 @@ std::string section_waterfall(const json& report) {
     }
     s += "</table>";
   }
+  const json h2h = report.value("head_to_head", json::object());
+  const json rounds = h2h.value("peers", json::array());
+  if (!rounds.empty()) {
+    s += "<h3>Head to head, in rounds</h3><p class=\"note\">Each round runs the peer (<code>--peer-command</code>, "
+         "another process), then times kiln's final Plan from the same idle (5 warm-up calls, the median of 30): "
+         "both figures of a round come from one power and clock state of the device. Ratio = kiln / the peer, "
+         "within a round; the median and range over the rounds.</p>";
+    s += "<table><tr><th>peer</th><th>rounds</th><th>peer (median)</th><th>kiln (median)</th>"
+         "<th>kiln / peer (median)</th><th>least</th><th>greatest</th></tr>";
+    for (size_t i = 0; i < rounds.size(); ++i) {
+      const std::string p = fmt::format("/head_to_head/peers/{}", i);
+      s += "<tr>" + text_cell(rounds[i]["name"].get<std::string>()) +
+           text_cell(std::to_string(rounds[i]["rounds"].get<int>())) + figure(report, p + "/peer_median_seconds", Unit::ms) +
+           figure(report, p + "/kiln_median_seconds", Unit::ms) +
+           figure(report, p + "/kiln_over_peer_median", Unit::ratio) +
+           figure(report, p + "/kiln_over_peer_min", Unit::ratio) +
+           figure(report, p + "/kiln_over_peer_max", Unit::ratio) + "</tr>";
+    }
+    s += "</table>";
+  }
+  const std::string stopped = h2h.value("error", "");
+  if (!stopped.empty()) s += "<p class=\"note\">Head to head stopped short: " + escape(stopped) + "</p>";
   return s;
 }
 

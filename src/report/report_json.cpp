@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <sstream>
 
 namespace kiln::report {
 namespace {
@@ -60,6 +62,54 @@ Result<PeerFigure> parse_peer(const std::string& text) {
   return PeerFigure{text.substr(0, eq), value * 1e-3};
 }
 
+Result<std::vector<PeerFigure>> parse_peer_line(const std::string& line) {
+  std::vector<PeerFigure> figures;
+  std::istringstream tokens(line);
+  for (std::string token; tokens >> token;) {
+    KILN_ASSIGN_OR_RETURN(PeerFigure figure, parse_peer(token));
+    for (const PeerFigure& seen : figures) {
+      if (seen.name == figure.name) {
+        return make_error(ErrorCode::invalid_argument, "peer figures '" + line + "' name '" + seen.name + "' twice");
+      }
+    }
+    figures.push_back(figure);
+  }
+  if (figures.empty()) {
+    return make_error(ErrorCode::invalid_argument,
+                      "no peer figures: the line is empty (give NAME=MILLISECONDS tokens, e.g. torch.compile=2.53)");
+  }
+  return figures;
+}
+
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+}  // namespace
+
+std::vector<HeadToHead> head_to_head(const agent::OptimizeResult& r) {
+  std::map<std::string, std::vector<const agent::PeerRound*>> by_peer;
+  for (const agent::PeerRound& round : r.peer_rounds) {
+    for (const auto& [name, seconds] : round.peer_seconds) by_peer[name].push_back(&round);
+  }
+  std::vector<HeadToHead> rows;
+  for (const auto& [name, rounds] : by_peer) {
+    std::vector<double> kiln, peer, ratio;
+    for (const agent::PeerRound* round : rounds) {
+      kiln.push_back(round->kiln_seconds);
+      peer.push_back(round->peer_seconds.at(name));
+      ratio.push_back(kiln.back() / peer.back());
+    }
+    rows.push_back({name, static_cast<int>(rounds.size()), median(kiln), median(peer), median(ratio),
+                    *std::min_element(ratio.begin(), ratio.end()), *std::max_element(ratio.begin(), ratio.end())});
+  }
+  return rows;
+}
+
 nlohmann::json report_json(const agent::OptimizeResult& r, bool knowledge_connected,
                            const std::vector<PeerFigure>& peers) {
   nlohmann::json j;
@@ -103,6 +153,21 @@ nlohmann::json report_json(const agent::OptimizeResult& r, bool knowledge_connec
                          {"kiln_over_peer", kiln / p.seconds}});
   }
   j["peers"] = peer_rows;
+  nlohmann::json rounds = nlohmann::json::array();
+  for (const agent::PeerRound& round : r.peer_rounds) {
+    rounds.push_back({{"kiln_seconds", round.kiln_seconds}, {"peer_seconds", round.peer_seconds}});
+  }
+  nlohmann::json by_peer = nlohmann::json::array();
+  for (const HeadToHead& h : head_to_head(r)) {
+    by_peer.push_back({{"name", h.name},
+                       {"rounds", h.rounds},
+                       {"kiln_median_seconds", h.kiln_median_seconds},
+                       {"peer_median_seconds", h.peer_median_seconds},
+                       {"kiln_over_peer_median", h.ratio_median},
+                       {"kiln_over_peer_min", h.ratio_min},
+                       {"kiln_over_peer_max", h.ratio_max}});
+  }
+  j["head_to_head"] = {{"rounds", rounds}, {"peers", by_peer}, {"error", r.peer_rounds_error}};
   j["breakdown"] = {{"before_seconds", r.baseline_profile.steps_seconds},
                     {"after_seconds", r.final_profile.steps_seconds},
                     {"classes", breakdown_json(r.baseline_profile, r.final_profile)}};

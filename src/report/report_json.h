@@ -27,6 +27,20 @@ struct PeerFigure {
 // Parses NAME=MILLISECONDS (e.g. "torch.compile=2.53"); the error names what is wrong.
 Result<PeerFigure> parse_peer(const std::string& text);
 
+// A peer command's line of figures (kiln optimize --peer-command): NAME=MILLISECONDS tokens separated by
+// spaces, at least one, each name once.
+Result<std::vector<PeerFigure>> parse_peer_line(const std::string& line);
+
+// The head-to-head rounds (agent::OptimizeResult::peer_rounds) by peer: kiln over the peer within each round,
+// and the median, least and greatest of those ratios.
+struct HeadToHead {
+  std::string name;
+  int rounds = 0;
+  double kiln_median_seconds = 0, peer_median_seconds = 0;
+  double ratio_median = 0, ratio_min = 0, ratio_max = 0;
+};
+std::vector<HeadToHead> head_to_head(const agent::OptimizeResult& result);
+
 // `knowledge_connected`: whether a knowledge base was plugged in (the reuse section says so when not).
 // `peers`: outside figures for the same model (JSON "peers": name, seconds, and kiln's final time over it).
 nlohmann::json report_json(const agent::OptimizeResult& result, bool knowledge_connected,

@@ -153,5 +153,48 @@ TEST(AgentOptimize, SpentBudgetSkipsEveryAttempt) {
   EXPECT_DOUBLE_EQ(r->final_chained_seconds, r->baseline_seconds());  // nothing kept
 }
 
+TEST(AgentOptimize, TimesTheFinalPlanAfterEachPeerRound) {
+  const Graph model = testing::mlp_block_graph();
+  agent::OptimizeOptions options;
+  options.budget_seconds = 1e-9;
+  options.profile = {1, 1};
+  int calls = 0;
+  options.peer_round = [&]() -> Result<std::map<std::string, double>> {
+    ++calls;
+    return std::map<std::string, double>{{"peer", 1e-3 * calls}, {"other", 2e-3}};
+  };
+  options.peer_rounds = 3;
+  auto r = agent::optimize(model, testing::mlp_block_inputs(model), testing::agent_cpu_backend(), options);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(calls, 3);
+  ASSERT_EQ(r->peer_rounds.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_DOUBLE_EQ(r->peer_rounds[i].peer_seconds.at("peer"), 1e-3 * (i + 1)) << i;  // in the order run
+    EXPECT_DOUBLE_EQ(r->peer_rounds[i].peer_seconds.at("other"), 2e-3) << i;
+    EXPECT_GT(r->peer_rounds[i].kiln_seconds, 0) << i;  // the final Plan timed in each round
+  }
+  EXPECT_TRUE(r->peer_rounds_error.empty()) << r->peer_rounds_error;
+}
+
+TEST(AgentOptimize, AFailedPeerRoundEndsTheRoundsAndTheResultStands) {
+  const Graph model = testing::mlp_block_graph();
+  agent::OptimizeOptions options;
+  options.budget_seconds = 1e-9;
+  options.profile = {1, 1};
+  int calls = 0;
+  options.peer_round = [&]() -> Result<std::map<std::string, double>> {
+    if (++calls == 2) return make_error(ErrorCode::io_error, "the peer exited 3");
+    return std::map<std::string, double>{{"peer", 1e-3}};
+  };
+  options.peer_rounds = 4;
+  auto r = agent::optimize(model, testing::mlp_block_inputs(model), testing::agent_cpu_backend(), options);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(calls, 2);
+  EXPECT_EQ(r->peer_rounds.size(), 1u);
+  EXPECT_NE(r->peer_rounds_error.find("round 2 of 4"), std::string::npos) << r->peer_rounds_error;
+  EXPECT_NE(r->peer_rounds_error.find("the peer exited 3"), std::string::npos) << r->peer_rounds_error;
+  EXPECT_GT(r->final_seconds(), 0);
+}
+
 }  // namespace
 }  // namespace kiln

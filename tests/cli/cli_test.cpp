@@ -103,6 +103,31 @@ TEST(Cli, RunLanesOption) {
   EXPECT_NE(no_backend.out.find("--lanes applies"), std::string::npos) << no_backend.out;
 }
 
+// Head to head: the peer command runs before each timing of the final Plan; a failing one ends the rounds, and
+// the run's results (plan, report) are written all the same.
+TEST(Cli, OptimizeHeadToHeadWithAPeerCommand) {
+  const auto dir = temp_dir() / "h2h";
+  const std::string base = "optimize zoo:flux1-dev:tiny --no-kb --budget 1s --settle 0 --sustain 0 -o " + dir.string();
+  auto ok = run_kiln(base + " --peer-rounds 2 --peer-command 'echo torch.compile=50'");
+  ASSERT_EQ(ok.exit_code, 0) << ok.out;
+  EXPECT_NE(ok.out.find("head to head with torch.compile over 2 rounds in turn"), std::string::npos) << ok.out;
+  EXPECT_NE(ok.out.find("head to head, round 2 of 2"), std::string::npos) << ok.out;
+  std::ifstream report(dir / "report.json");
+  std::string text((std::istreambuf_iterator<char>(report)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("\"head_to_head\""), std::string::npos);
+  EXPECT_NE(text.find("\"peer_median_seconds\": 0.05"), std::string::npos) << text.substr(0, 2000);
+
+  std::filesystem::remove_all(dir);
+  auto failing = run_kiln(base + " --peer-command 'echo torch.compile=50; exit 4'");
+  ASSERT_EQ(failing.exit_code, 0) << failing.out;
+  EXPECT_NE(failing.out.find("head to head stopped short: round 1 of 3: peer command"), std::string::npos)
+      << failing.out;
+  EXPECT_NE(failing.out.find("exited 4"), std::string::npos) << failing.out;
+  EXPECT_TRUE(std::filesystem::exists(dir / "report.json"));
+  EXPECT_TRUE(std::filesystem::exists(dir / "plan.json"));
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Cli, ExportRoundTripsThroughShow) {
   const auto dir = temp_dir();
   for (const char* ext : {".json", ".kiln"}) {
@@ -144,6 +169,8 @@ TEST(Cli, BadInputIsOneClearLine) {
       {"optimize --no-kb --peer eager=fast", "fast"},
       {"optimize --no-kb --sustain 0 --peer-sustained torch.compile=2", "--sustain"},
       {"optimize --no-kb --peer-sustained torch.compile=-1", "torch.compile=-1"},
+      {"optimize --no-kb --peer-rounds 0 --peer-command true", "--peer-rounds 0"},
+      {"optimize --no-kb --workload " + missing + " --peer-command true", "--peer-command"},
   };
   for (const Case& c : cases) {
     auto r = run_kiln(c.args);

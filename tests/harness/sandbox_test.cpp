@@ -12,7 +12,7 @@ namespace {
 SandboxOutcome run_sh(const std::string& script, SandboxLimits limits = {}) {
   const std::string dir =
       (std::filesystem::temp_directory_path() / ("kiln_sandbox_" + std::to_string(getpid()))).string();
-  auto r = run_sandboxed({{"/bin/sh", "-c", script}, dir, limits});
+  auto r = run_sandboxed({{"/bin/sh", "-c", script}, dir, limits, {}});
   EXPECT_TRUE(r.ok()) << (r.ok() ? "" : r.error().message);
   std::filesystem::remove_all(dir);
   return r.ok() ? *r : SandboxOutcome{};
@@ -65,10 +65,10 @@ TEST(Sandbox, NetworkIsIsolatedWhereTheKernelAllows) {
 }
 
 TEST(Sandbox, MissingProgramIsReportedNotThrown) {
-  auto r = run_sandboxed({{"/no/such/program"}, std::filesystem::temp_directory_path() / "kiln_sandbox_missing", {}});
+  auto r = run_sandboxed({{"/no/such/program"}, std::filesystem::temp_directory_path() / "kiln_sandbox_missing", {}, {}});
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->exit_code, 127);
-  EXPECT_FALSE(run_sandboxed({{}, "/tmp/x", {}}).ok());
+  EXPECT_FALSE(run_sandboxed({{}, "/tmp/x", {}, {}}).ok());
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 // up; the breakdown sums to its totals; the page is self-contained.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <regex>
 
@@ -28,6 +29,12 @@ class ReportTest : public ::testing::Test {
     options.baseline = testing::slowed_baseline();
     options.extra_opportunities = {testing::drop_planted_rewrites()};
     options.sustain_seconds = 0.05;
+    // Three head-to-head rounds against a peer that slows by 10% a round (the figures are the peer's).
+    auto peer_calls = std::make_shared<int>(0);
+    options.peer_round = [peer_calls]() -> Result<std::map<std::string, double>> {
+      return std::map<std::string, double>{{"torch.compile", 1.5e-3 * (1 + 0.1 * (*peer_calls)++)}};
+    };
+    options.peer_rounds = 3;
     auto r = agent::optimize(model, testing::mlp_block_inputs(model), testing::agent_cpu_backend(), options);
     ASSERT_TRUE(r.ok()) << r.error().message;
     report_ = new json(report::report_json(*r, false, {{"torch.compile", 1.5e-3}, {"torch.compile", 1.7e-3, true}}));
@@ -140,6 +147,64 @@ TEST_F(ReportTest, PeersSitNextToTheFinalTime) {
   EXPECT_NE(html_->find("data-k=\"/peers/0/kiln_over_peer\""), std::string::npos);
   EXPECT_NE(html_->find("data-k=\"/peers/0/kiln_seconds\""), std::string::npos);
   EXPECT_NE(html_->find("torch.compile"), std::string::npos);
+}
+
+TEST_F(ReportTest, HeadToHeadRatiosAreWithinARound) {
+  ASSERT_TRUE(report_ && html_);
+  const json& h = (*report_)["head_to_head"];
+  ASSERT_EQ(h["rounds"].size(), 3u);
+  std::vector<double> ratios, kiln;
+  for (size_t i = 0; i < 3; ++i) {
+    const double peer = h["rounds"][i]["peer_seconds"]["torch.compile"].get<double>();
+    EXPECT_DOUBLE_EQ(peer, 1.5e-3 * (1 + 0.1 * i)) << i;
+    kiln.push_back(h["rounds"][i]["kiln_seconds"].get<double>());
+    ratios.push_back(kiln.back() / peer);
+  }
+  std::sort(ratios.begin(), ratios.end());
+  std::sort(kiln.begin(), kiln.end());
+  ASSERT_EQ(h["peers"].size(), 1u);
+  const json& row = h["peers"][0];
+  EXPECT_EQ(row["name"], "torch.compile");
+  EXPECT_EQ(row["rounds"], 3);
+  EXPECT_DOUBLE_EQ(row["peer_median_seconds"].get<double>(), 1.65e-3);
+  EXPECT_DOUBLE_EQ(row["kiln_median_seconds"].get<double>(), kiln[1]);
+  EXPECT_DOUBLE_EQ(row["kiln_over_peer_median"].get<double>(), ratios[1]);
+  EXPECT_DOUBLE_EQ(row["kiln_over_peer_min"].get<double>(), ratios[0]);
+  EXPECT_DOUBLE_EQ(row["kiln_over_peer_max"].get<double>(), ratios[2]);
+  EXPECT_EQ(h["error"], "");
+  EXPECT_NE(html_->find("data-k=\"/head_to_head/peers/0/kiln_over_peer_median\""), std::string::npos);
+}
+
+TEST(ReportPeers, HeadToHeadTakesEachPeerOverTheRoundsThatRanIt) {
+  agent::OptimizeResult r;
+  r.peer_rounds = {{{{"a", 2.0}, {"b", 4.0}}, 1.0}, {{{"a", 1.0}}, 2.0}};  // b ran in round 1 only
+  const std::vector<report::HeadToHead> rows = report::head_to_head(r);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].name, "a");
+  EXPECT_EQ(rows[0].rounds, 2);
+  EXPECT_DOUBLE_EQ(rows[0].ratio_min, 0.5);
+  EXPECT_DOUBLE_EQ(rows[0].ratio_max, 2.0);
+  EXPECT_DOUBLE_EQ(rows[0].ratio_median, 1.25);  // two rounds: the mean of both
+  EXPECT_DOUBLE_EQ(rows[0].kiln_median_seconds, 1.5);
+  EXPECT_DOUBLE_EQ(rows[0].peer_median_seconds, 1.5);
+  EXPECT_EQ(rows[1].name, "b");
+  EXPECT_EQ(rows[1].rounds, 1);
+  EXPECT_DOUBLE_EQ(rows[1].ratio_median, 0.25);
+  EXPECT_TRUE(report::head_to_head(agent::OptimizeResult{}).empty());
+}
+
+TEST(ReportPeers, APeerCommandsLineIsItsFigures) {
+  auto two = report::parse_peer_line("torch.compile=2.37  eager=3.5\n");
+  ASSERT_TRUE(two.ok()) << two.error().message;
+  ASSERT_EQ(two->size(), 2u);
+  EXPECT_EQ((*two)[0].name, "torch.compile");
+  EXPECT_DOUBLE_EQ((*two)[0].seconds, 2.37e-3);
+  EXPECT_EQ((*two)[1].name, "eager");
+  for (const char* bad : {"", "  \n", "torch.compile=2.37 ready", "torch.compile=2.37 torch.compile=2.4"}) {
+    auto r = report::parse_peer_line(bad);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.error().code, ErrorCode::invalid_argument);
+  }
 }
 
 TEST(ReportPeers, ParseNamesWhatIsWrong) {
