@@ -153,18 +153,23 @@ TEST(AgentOptimize, SpentBudgetSkipsEveryAttempt) {
   EXPECT_DOUBLE_EQ(r->final_chained_seconds, r->baseline_seconds());  // nothing kept
 }
 
-TEST(AgentOptimize, TimesTheFinalPlanAfterEachPeerRound) {
+// The loop with no attempt (a spent budget) and `rounds` head-to-head rounds of `peer`.
+Result<agent::OptimizeResult> optimize_with_peer(int rounds, std::function<Result<std::map<std::string, double>>()> peer) {
   const Graph model = testing::mlp_block_graph();
   agent::OptimizeOptions options;
   options.budget_seconds = 1e-9;
   options.profile = {1, 1};
+  options.peer_round = std::move(peer);
+  options.peer_rounds = rounds;
+  return agent::optimize(model, testing::mlp_block_inputs(model), testing::agent_cpu_backend(), options);
+}
+
+TEST(AgentOptimize, TimesTheFinalPlanAfterEachPeerRound) {
   int calls = 0;
-  options.peer_round = [&]() -> Result<std::map<std::string, double>> {
+  auto r = optimize_with_peer(3, [&]() -> Result<std::map<std::string, double>> {
     ++calls;
     return std::map<std::string, double>{{"peer", 1e-3 * calls}, {"other", 2e-3}};
-  };
-  options.peer_rounds = 3;
-  auto r = agent::optimize(model, testing::mlp_block_inputs(model), testing::agent_cpu_backend(), options);
+  });
   ASSERT_TRUE(r.ok()) << r.error().message;
   EXPECT_EQ(calls, 3);
   ASSERT_EQ(r->peer_rounds.size(), 3u);
@@ -177,17 +182,11 @@ TEST(AgentOptimize, TimesTheFinalPlanAfterEachPeerRound) {
 }
 
 TEST(AgentOptimize, AFailedPeerRoundEndsTheRoundsAndTheResultStands) {
-  const Graph model = testing::mlp_block_graph();
-  agent::OptimizeOptions options;
-  options.budget_seconds = 1e-9;
-  options.profile = {1, 1};
   int calls = 0;
-  options.peer_round = [&]() -> Result<std::map<std::string, double>> {
+  auto r = optimize_with_peer(4, [&]() -> Result<std::map<std::string, double>> {
     if (++calls == 2) return make_error(ErrorCode::io_error, "the peer exited 3");
     return std::map<std::string, double>{{"peer", 1e-3}};
-  };
-  options.peer_rounds = 4;
-  auto r = agent::optimize(model, testing::mlp_block_inputs(model), testing::agent_cpu_backend(), options);
+  });
   ASSERT_TRUE(r.ok()) << r.error().message;
   EXPECT_EQ(calls, 2);
   EXPECT_EQ(r->peer_rounds.size(), 1u);
