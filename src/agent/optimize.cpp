@@ -475,7 +475,8 @@ Status Loop::run_peer_rounds() {
       return ok_status();
     }
     KILN_TRY(backend_.synchronize());
-    if (options_.settle_seconds > 0) std::this_thread::sleep_for(std::chrono::duration<double>(options_.settle_seconds));
+    if (options_.settle_seconds > 0)
+      std::this_thread::sleep_for(std::chrono::duration<double>(options_.settle_seconds));
     KILN_ASSIGN_OR_RETURN(backend::Timing measured, backend_.time(current_.replay, kPeerTiming));
     std::string figures;
     for (const auto& [name, seconds] : *peer) figures += fmt::format(", {} {:.4g} ms", name, seconds * 1e3);

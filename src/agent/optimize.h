@@ -129,7 +129,7 @@ struct OptimizeResult {
   double final_chained_seconds = 0;
   double final_sustained_seconds = 0;  // OptimizeOptions::sustain_seconds; 0 when not measured
   std::vector<PeerRound> peer_rounds;  // in the order run
-  std::string peer_rounds_error;        // why the rounds stopped short; empty when all ran
+  std::string peer_rounds_error;       // why the rounds stopped short; empty when all ran
   // The baseline A/B'd against itself before any attempt (its ratio is 1 in truth), and the tie band it set.
   struct SelfAB {
     double ratio = 0, ci_low = 0, ci_high = 0, tie_threshold = 0;

@@ -20,8 +20,8 @@
 #include "cli/model_source.h"
 #include "models/weights.h"
 #include "profile/trace.h"
-#include "report/report_html.h"
 #include "report/peer_command.h"
+#include "report/report_html.h"
 #include "report/report_json.h"
 
 namespace kiln::cli {
@@ -143,8 +143,9 @@ int run_optimize(const OptimizeArgs& args) {
     peers.push_back(*peer);
   }
   if (!(args.peer_rounds >= 1)) {
-    return report_error(make_error(ErrorCode::invalid_argument,
-                                   fmt::format("--peer-rounds {} is not a number of rounds: give 1 or more", args.peer_rounds)));
+    return report_error(
+        make_error(ErrorCode::invalid_argument,
+                   fmt::format("--peer-rounds {} is not a number of rounds: give 1 or more", args.peer_rounds)));
   }
   if (with_workload && !args.peer_command.empty()) {
     return report_error(make_error(ErrorCode::invalid_argument,
@@ -243,10 +244,11 @@ int run_optimize(const OptimizeArgs& args) {
                  p.name, p.sustained ? " under sustained load" : "", p.seconds * 1e3, kiln * 1e3, kiln / p.seconds);
     }
     for (const report::HeadToHead& h : report::head_to_head(b.result)) {
-      fmt::print("  head to head with {} over {} rounds in turn: kiln / peer {:.3f}x (median; {:.3f}x to {:.3f}x), "
-                 "kiln {:.4g} ms, {} {:.4g} ms (medians)\n",
-                 h.name, h.rounds, h.ratio_median, h.ratio_min, h.ratio_max, h.kiln_median_seconds * 1e3, h.name,
-                 h.peer_median_seconds * 1e3);
+      fmt::print(
+          "  head to head with {} over {} rounds in turn: kiln / peer {:.3f}x (median; {:.3f}x to {:.3f}x), "
+          "kiln {:.4g} ms, {} {:.4g} ms (medians)\n",
+          h.name, h.rounds, h.ratio_median, h.ratio_min, h.ratio_max, h.kiln_median_seconds * 1e3, h.name,
+          h.peer_median_seconds * 1e3);
     }
     if (!b.result.peer_rounds_error.empty()) {
       fmt::print("  head to head stopped short: {}\n", b.result.peer_rounds_error);

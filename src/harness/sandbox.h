@@ -24,7 +24,7 @@ struct SandboxSpec {
   std::vector<std::string> argv;  // argv[0] is the program (searched in PATH when it has no '/')
   std::string scratch_dir;        // created if missing; stdout/stderr land here
   SandboxLimits limits;
-  std::string working_dir;        // where the child runs; empty: scratch_dir
+  std::string working_dir;  // where the child runs; empty: scratch_dir
 };
 
 enum class ExitKind { exited, signaled, timed_out };

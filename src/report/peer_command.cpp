@@ -36,13 +36,14 @@ Result<std::map<std::string, double>> run_peer_command(const PeerCommand& peer) 
                                 ? fmt::format("ran past its {:g} s", peer.wall_seconds)
                                 : harness::describe_outcome(outcome);
     const std::string err = last_line(outcome.stderr_tail);
-    return make_error(ErrorCode::io_error, what + " " + how + (err.empty() ? "" : " (its last error line: " + err + ")"));
+    return make_error(ErrorCode::io_error,
+                      what + " " + how + (err.empty() ? "" : " (its last error line: " + err + ")"));
   }
   const std::string line = last_line(outcome.stdout_tail);
   auto figures = parse_peer_line(line);
   if (!figures.ok()) {
-    return make_error(ErrorCode::invalid_argument, what + " printed no figures as its last line ('" + line +
-                                                       "'): " + figures.error().message);
+    return make_error(ErrorCode::invalid_argument,
+                      what + " printed no figures as its last line ('" + line + "'): " + figures.error().message);
   }
   std::map<std::string, double> seconds;
   for (const PeerFigure& f : *figures) seconds[f.name] = f.seconds;

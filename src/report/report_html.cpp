@@ -162,8 +162,8 @@ std::string section_waterfall(const json& report) {
     for (size_t i = 0; i < rounds.size(); ++i) {
       const std::string p = fmt::format("/head_to_head/peers/{}", i);
       s += "<tr>" + text_cell(rounds[i]["name"].get<std::string>()) +
-           text_cell(std::to_string(rounds[i]["rounds"].get<int>())) + figure(report, p + "/peer_median_seconds", Unit::ms) +
-           figure(report, p + "/kiln_median_seconds", Unit::ms) +
+           text_cell(std::to_string(rounds[i]["rounds"].get<int>())) +
+           figure(report, p + "/peer_median_seconds", Unit::ms) + figure(report, p + "/kiln_median_seconds", Unit::ms) +
            figure(report, p + "/kiln_over_peer_median", Unit::ratio) +
            figure(report, p + "/kiln_over_peer_min", Unit::ratio) +
            figure(report, p + "/kiln_over_peer_max", Unit::ratio) + "</tr>";

@@ -154,7 +154,8 @@ TEST(AgentOptimize, SpentBudgetSkipsEveryAttempt) {
 }
 
 // The loop with no attempt (a spent budget) and `rounds` head-to-head rounds of `peer`.
-Result<agent::OptimizeResult> optimize_with_peer(int rounds, std::function<Result<std::map<std::string, double>>()> peer) {
+Result<agent::OptimizeResult> optimize_with_peer(int rounds,
+                                                 std::function<Result<std::map<std::string, double>>()> peer) {
   const Graph model = testing::mlp_block_graph();
   agent::OptimizeOptions options;
   options.budget_seconds = 1e-9;

@@ -65,7 +65,8 @@ TEST(Sandbox, NetworkIsIsolatedWhereTheKernelAllows) {
 }
 
 TEST(Sandbox, MissingProgramIsReportedNotThrown) {
-  auto r = run_sandboxed({{"/no/such/program"}, std::filesystem::temp_directory_path() / "kiln_sandbox_missing", {}, {}});
+  auto r =
+      run_sandboxed({{"/no/such/program"}, std::filesystem::temp_directory_path() / "kiln_sandbox_missing", {}, {}});
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->exit_code, 127);
   EXPECT_FALSE(run_sandboxed({{}, "/tmp/x", {}, {}}).ok());

@@ -5,12 +5,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <regex>
 
 #include "../agent/agent_test_util.h"
 #include "agent/kb_knowledge.h"
 #include "agent/optimize.h"
-#include <filesystem>
 #include "report/report_html.h"
 #include "report/report_json.h"
 
