@@ -60,6 +60,8 @@ class Loop {
   // The final summary, config, graph and Plan into the result; the plan recorded in the knowledge base.
   Result<OptimizeResult> finish();
   Status run_peer_rounds();  // OptimizeOptions::peer_round
+  // The current Plan timed as a peer times itself: settle_seconds of idle, then kPeerTiming. Its median.
+  Result<double> time_as_peer();
 
   const Graph& model_;
   const std::map<std::string, Tensor>& inputs_;
@@ -474,23 +476,25 @@ Status Loop::run_peer_rounds() {
       say("head to head stopped: " + result_.peer_rounds_error);
       return ok_status();
     }
-    KILN_TRY(backend_.synchronize());
-    if (options_.settle_seconds > 0)
-      std::this_thread::sleep_for(std::chrono::duration<double>(options_.settle_seconds));
-    KILN_ASSIGN_OR_RETURN(backend::Timing measured, backend_.time(current_.replay, kPeerTiming));
+    KILN_ASSIGN_OR_RETURN(const double kiln_seconds, time_as_peer());
     std::string figures;
     for (const auto& [name, seconds] : *peer) figures += fmt::format(", {} {:.4g} ms", name, seconds * 1e3);
-    say(fmt::format("head to head, round {} of {}: kiln {:.4g} ms{}", round, options_.peer_rounds,
-                    measured.median_seconds * 1e3, figures));
-    result_.peer_rounds.push_back({std::move(*peer), measured.median_seconds});
+    say(fmt::format("head to head, round {} of {}: kiln {:.4g} ms{}", round, options_.peer_rounds, kiln_seconds * 1e3,
+                    figures));
+    result_.peer_rounds.push_back({std::move(*peer), kiln_seconds});
   }
   return ok_status();
 }
 
-Result<OptimizeResult> Loop::finish() {
+Result<double> Loop::time_as_peer() {
   KILN_TRY(backend_.synchronize());
   if (options_.settle_seconds > 0) std::this_thread::sleep_for(std::chrono::duration<double>(options_.settle_seconds));
   KILN_ASSIGN_OR_RETURN(backend::Timing measured, backend_.time(current_.replay, kPeerTiming));
+  return measured.median_seconds;
+}
+
+Result<OptimizeResult> Loop::finish() {
+  KILN_ASSIGN_OR_RETURN(const double measured_seconds, time_as_peer());
   result_.final_chained_seconds = result_.waterfall.back().seconds;
   if (options_.sustain_seconds > 0) {
     const auto until = Clock::now() + std::chrono::duration_cast<Clock::duration>(
@@ -506,8 +510,8 @@ Result<OptimizeResult> Loop::finish() {
     result_.final_sustained_seconds = sustained.median_seconds;
   }
   KILN_TRY(run_peer_rounds());
-  result_.waterfall.push_back({"the final Plan timed alone at the end", "measured", measured.median_seconds,
-                               result_.final_chained_seconds - measured.median_seconds});
+  result_.waterfall.push_back({"the final Plan timed alone at the end", "measured", measured_seconds,
+                               result_.final_chained_seconds - measured_seconds});
   result_.final_summary = current_.plan->summary();
   result_.final_config = current_.config;
   result_.final_graph = current_.graph;

@@ -134,7 +134,7 @@ int run_optimize(const OptimizeArgs& args) {
     peers.push_back(*peer);
   }
   for (const std::string& text : args.sustained_peers) {
-    auto peer = report::parse_peer(text);
+    auto peer = report::parse_peer(text, "--peer-sustained");
     if (!peer.ok()) return report_error(peer.error());
     if (!(args.sustain_seconds > 0))
       return report_error(make_error(ErrorCode::invalid_argument,

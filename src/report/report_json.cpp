@@ -43,11 +43,11 @@ nlohmann::json breakdown_json(const profile::PlanProfile& before, const profile:
 
 }  // namespace
 
-Result<PeerFigure> parse_peer(const std::string& text) {
+Result<PeerFigure> parse_peer(const std::string& text, const std::string& what) {
   const size_t eq = text.rfind('=');
   auto bad = [&](const std::string& why) {
-    return make_error(ErrorCode::invalid_argument, "--peer '" + text + "': " + why + " (give NAME=MILLISECONDS, e.g. "
-                                                   "torch.compile=2.53)");
+    return make_error(ErrorCode::invalid_argument,
+                      what + " '" + text + "': " + why + " (give NAME=MILLISECONDS, e.g. torch.compile=2.53)");
   };
   if (eq == std::string::npos || eq == 0) return bad("no NAME=");
   const std::string ms = text.substr(eq + 1);
@@ -66,7 +66,7 @@ Result<std::vector<PeerFigure>> parse_peer_line(const std::string& line) {
   std::vector<PeerFigure> figures;
   std::istringstream tokens(line);
   for (std::string token; tokens >> token;) {
-    KILN_ASSIGN_OR_RETURN(PeerFigure figure, parse_peer(token));
+    KILN_ASSIGN_OR_RETURN(PeerFigure figure, parse_peer(token, "peer figure"));
     for (const PeerFigure& seen : figures) {
       if (seen.name == figure.name) {
         return make_error(ErrorCode::invalid_argument, "peer figures '" + line + "' name '" + seen.name + "' twice");

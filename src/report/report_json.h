@@ -24,8 +24,9 @@ struct PeerFigure {
   bool sustained = false;
 };
 
-// Parses NAME=MILLISECONDS (e.g. "torch.compile=2.53"); the error names what is wrong.
-Result<PeerFigure> parse_peer(const std::string& text);
+// Parses NAME=MILLISECONDS (e.g. "torch.compile=2.53"); the error names what is wrong, and `what` where the text
+// came from (an option, or a peer command's line).
+Result<PeerFigure> parse_peer(const std::string& text, const std::string& what = "--peer");
 
 // A peer command's line of figures (kiln optimize --peer-command): NAME=MILLISECONDS tokens separated by
 // spaces, at least one, each name once.

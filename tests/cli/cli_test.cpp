@@ -168,7 +168,7 @@ TEST(Cli, BadInputIsOneClearLine) {
       {"optimize --no-kb --peer torch.compile", "torch.compile"},
       {"optimize --no-kb --peer eager=fast", "fast"},
       {"optimize --no-kb --sustain 0 --peer-sustained torch.compile=2", "--sustain"},
-      {"optimize --no-kb --peer-sustained torch.compile=-1", "torch.compile=-1"},
+      {"optimize --no-kb --peer-sustained torch.compile=-1", "--peer-sustained 'torch.compile=-1'"},
       {"optimize --no-kb --peer-rounds 0 --peer-command true", "--peer-rounds 0"},
       {"optimize --no-kb --workload " + missing + " --peer-command true", "--peer-command"},
   };

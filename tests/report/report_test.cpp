@@ -205,6 +205,9 @@ TEST(ReportPeers, APeerCommandsLineIsItsFigures) {
     ASSERT_FALSE(r.ok()) << bad;
     EXPECT_EQ(r.error().code, ErrorCode::invalid_argument);
   }
+  auto garbled = report::parse_peer_line("torch.compile=2.37 ready");
+  ASSERT_FALSE(garbled.ok());
+  EXPECT_NE(garbled.error().message.find("peer figure 'ready'"), std::string::npos) << garbled.error().message;
 }
 
 TEST(ReportPeers, ParseNamesWhatIsWrong) {
