@@ -5,6 +5,8 @@
 #include <map>
 #include <sstream>
 
+#include "harness/bench.h"
+
 namespace kiln::report {
 namespace {
 
@@ -81,16 +83,6 @@ Result<std::vector<PeerFigure>> parse_peer_line(const std::string& line) {
   return figures;
 }
 
-namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
-}  // namespace
-
 std::vector<HeadToHead> head_to_head(const agent::OptimizeResult& r) {
   std::map<std::string, std::vector<const agent::PeerRound*>> by_peer;
   for (const agent::PeerRound& round : r.peer_rounds) {
@@ -104,8 +96,9 @@ std::vector<HeadToHead> head_to_head(const agent::OptimizeResult& r) {
       peer.push_back(round->peer_seconds.at(name));
       ratio.push_back(kiln.back() / peer.back());
     }
-    rows.push_back({name, static_cast<int>(rounds.size()), median(kiln), median(peer), median(ratio),
-                    *std::min_element(ratio.begin(), ratio.end()), *std::max_element(ratio.begin(), ratio.end())});
+    const harness::TimingStats ratios = harness::timing_stats(ratio, 0.95);
+    rows.push_back({name, static_cast<int>(rounds.size()), harness::timing_stats(kiln, 0.95).median,
+                    harness::timing_stats(peer, 0.95).median, ratios.median, ratios.min, ratios.max});
   }
   return rows;
 }
