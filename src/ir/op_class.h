@@ -14,11 +14,4 @@ inline constexpr int kOpClassCount = 8;
 OpClass op_class(Op op);
 std::string_view op_class_name(OpClass op_class);
 
-// Matmuls and attention: the compute-bound work that passes planning for lanes (defer-columns, early-partials)
-// weigh when they ask what a value waits for.
-inline bool op_is_heavy(Op op) {
-  const OpClass c = op_class(op);
-  return c == OpClass::matmul || c == OpClass::attention;
-}
-
 }  // namespace kiln

@@ -38,6 +38,11 @@ struct Candidate {
   std::vector<std::string> first_wave;
 };
 
+bool is_heavy(Op op) {
+  const OpClass c = op_class(op);
+  return c == OpClass::matmul || c == OpClass::attention;
+}
+
 int64_t last_axis(const Graph& graph, ValueId v) { return static_cast<int64_t>(graph.value(v).type.shape.size()) - 1; }
 
 bool along_last_axis(const Graph& graph, const Node& n) {
@@ -143,10 +148,10 @@ std::vector<NodeId> classify(const Graph& graph, const ValueReaders& readers, No
     for (ValueId v : graph.node(id).inputs) {
       const NodeId p = graph.value(v).producer;
       if (p < 0) continue;
-      const bool other_heavy = op_is_heavy(graph.node(p).op) && !l.before[static_cast<size_t>(p)];
+      const bool other_heavy = is_heavy(graph.node(p).op) && !l.before[static_cast<size_t>(p)];
       if (other_heavy || held[static_cast<size_t>(p)]) held[static_cast<size_t>(id)] = true;
     }
-    if (l.after[static_cast<size_t>(id)] && op_is_heavy(graph.node(id).op) && !held[static_cast<size_t>(id)]) wave.push_back(id);
+    if (l.after[static_cast<size_t>(id)] && is_heavy(graph.node(id).op) && !held[static_cast<size_t>(id)]) wave.push_back(id);
   }
   if (wave.empty()) return wave;
   // needed[n]: n is in the first wave or an ancestor of one.

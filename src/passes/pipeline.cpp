@@ -7,7 +7,6 @@
 #include "passes/cse.h"
 #include "passes/dce.h"
 #include "passes/defer_columns.h"
-#include "passes/early_partials.h"
 #include "passes/decompose.h"
 #include "passes/fast_accumulation.h"
 #include "passes/fold_epilogues.h"
@@ -49,8 +48,6 @@ const PassEntry kPipeline[] = {
      "fold-epilogues"},
     {"defer-columns", Exactness::exact, any_target<defer_late_columns>, nullptr, // late columns of a GEMV: a 2nd lane's
      true},
-    {"early-partials", Exactness::reassociating, split_early_partials, nullptr, // a concat's early pieces'
-     true},                                                                                // share of a GEMM first
     {"pack-scales", Exactness::exact, any_target<pack_weight_scales>},          // FP8 weight scales into the GEMM layout
     {"fast-accumulation", Exactness::reassociating, mark_fast_accumulation},    // FP8 GEMMs may accumulate fast
     {"sink-concat", Exactness::exact, any_target<sink_concats>},                 // row ops move above joint concats

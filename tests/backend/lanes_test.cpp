@@ -210,45 +210,5 @@ TEST(Lanes, PlansOnTwoLanesAreRaceFreeAndMatchOneLane) {
   }
 }
 
-// FLUX's single block on two lanes: the graph built for them cuts linear2 along K (early-partials), so its MLP
-// share runs on lane 1 right after the MLP GEMM, beside attention on lane 0, and the attention share on lane 0
-// waits for it as its residual. Race-free, and the same outputs as one lane. (64 tokens: with the tiny block's
-// 24, attention is lighter than the MLP and the MLP's share is the late one.)
-TEST(Lanes, TheSingleBlocksEarlyPartialProductRunsBesideAttention) {
-  const Graph g = testing::optimized_zoo_model("flux1-single-block:tiny,img_tokens=56", nullptr, 2);
-  const auto inputs = models::random_inputs(g, 4);
-  auto one = backend::Plan::build(testing::plan_test_backend(), g);
-  ASSERT_TRUE(one.ok()) << one.error().message;
-  auto expected = (*one)->run(inputs);
-  ASSERT_TRUE(expected.ok());
-  RecordingLanes lanes(testing::plan_test_backend());
-  backend::PlanOptions options;
-  options.lanes = 2;
-  auto two = backend::Plan::build(lanes, g, options);
-  ASSERT_TRUE(two.ok()) << two.error().message;
-  ASSERT_TRUE((*two)->set_inputs(inputs).ok());
-  lanes.reset();
-  ASSERT_TRUE((*two)->execute().ok());
-  auto got = (*two)->outputs();
-  ASSERT_TRUE(got.ok());
-  EXPECT_EQ(testing::bitwise_equal(*expected, *got), "");
-  EXPECT_EQ(lanes.first_race(), "");
-  int attention_lane = -1, early = -1, late = -1;
-  const auto& steps = (*two)->steps();
-  for (size_t i = 0; i < steps.size(); ++i) {
-    const std::string& label = steps[i].label;
-    if (label.find("attention") != std::string::npos && steps[i].kind == backend::Plan::Step::Kind::library)
-      attention_lane = steps[i].lane;
-    if (label.find("linear2/linear.early") != std::string::npos) early = static_cast<int>(i);
-    if (label.find("linear2/linear/linear") != std::string::npos) late = static_cast<int>(i);
-  }
-  ASSERT_GE(early, 0);
-  ASSERT_GE(late, 0);
-  EXPECT_EQ(attention_lane, 0);
-  EXPECT_EQ(steps[static_cast<size_t>(early)].lane, 1);
-  EXPECT_EQ(steps[static_cast<size_t>(late)].lane, 0);
-  EXPECT_EQ(steps[static_cast<size_t>(late)].waits, std::vector<int>{early});
-}
-
 }  // namespace
 }  // namespace kiln
