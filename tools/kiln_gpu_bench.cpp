@@ -9,7 +9,8 @@
 //     copy bandwidth, and the plan rebuilt with the winners, timed as deployed (CUDA graph).
 //   - with --plan SPEC: the model's unfused and fused plans timed (stream and CUDA graph), each generated
 //     kernel printed with its group (kiln_kN is what ncu names it); --fused-only skips the unfused plan, and
-//     --lanes N builds the fused plan (and its graph: defer-columns) for N lanes. The
+//     --lanes N builds the fused plan (and its graph: defer-columns) for N lanes, and
+//     --disable-pass NAME leaves a pass out of it (a before/after of one pass in one build). The
 //     fused plan's steps are profiled (each alone; memory-bound kernels beside a copy of as many bytes), its
 //     GEMMs' chosen algorithms audited, and with --profile-window one run sits between cuProfilerStart/Stop
 //     (for `ncu --profile-from-start off`: every kernel of one run, as it runs in the plan).
@@ -25,6 +26,7 @@
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -545,7 +547,8 @@ json time_from_idle(backend::Backend& gpu, const std::function<Status()>& replay
 }
 
 // `lanes`: the fused plan's (PlanOptions::lanes), its graph built for them (PipelineOptions::lanes).
-json bench_plan(const std::string& spec, int reps, bool fused_only, bool profile_window, int lanes) {
+json bench_plan(const std::string& spec, int reps, bool fused_only, bool profile_window, int lanes,
+                const std::set<std::string>& disabled) {
   json row = {{"model", spec}};
   auto model = models::build_zoo_model(spec);
   if (!model.ok()) return row["error"] = model.error().message, row;
@@ -601,7 +604,9 @@ json bench_plan(const std::string& spec, int reps, bool fused_only, bool profile
   if (!fused_only) row["unfused"] = measure("unfused", unfused);
   passes::PipelineOptions fused;
   fused.lanes = lanes;
+  fused.disabled = disabled;
   row["fused"] = measure("fused", fused);
+  if (!disabled.empty()) row["disabled_passes"] = disabled;
   return row;
 }
 
@@ -810,11 +815,12 @@ void bench_library(const Kernels& k, const DeviceInfo& info, CUstream stream, bo
 
 constexpr const char* kUsage =
     "usage: kiln-gpu-bench --out FILE.json [--quick] [--fused-only] [--lanes N] [--profile-window] [--plan ZOO_SPEC]... "
-    "[--tune-plan ZOO_SPEC]... [--max-candidates N] [--schedule-ab] [--no-library]\n";
+    "[--tune-plan ZOO_SPEC]... [--max-candidates N] [--schedule-ab] [--no-library] [--disable-pass NAME]...\n";
 
 int main(int argc, char** argv) {
   std::string out_path;
   std::vector<std::string> plans, tuned_plans;
+  std::set<std::string> disabled;  // passes left out of the fused plan
   size_t max_candidates = 64;
   bool quick = false, fused_only = false, profile_window = false, row_loop_ab = false, library = true;
   int lanes = 1;
@@ -830,6 +836,7 @@ int main(int argc, char** argv) {
     else if (arg == "--fused-only") fused_only = true;
     else if (arg == "--lanes" && i + 1 < argc) lanes = std::max(1, std::stoi(argv[++i]));
     else if (arg == "--profile-window") profile_window = true;
+    else if (arg == "--disable-pass" && i + 1 < argc) disabled.insert(argv[++i]);
     else {
       std::fputs(kUsage, stderr);
       return 2;
@@ -883,7 +890,7 @@ int main(int argc, char** argv) {
   cuda::register_cuda_backend();
   report["plans"] = json::array();
   for (const std::string& spec : plans) {
-    report["plans"].push_back(bench_plan(spec, reps, fused_only, profile_window, lanes));
+    report["plans"].push_back(bench_plan(spec, reps, fused_only, profile_window, lanes, disabled));
     save();
   }
   json tuned_rows = json::array();
