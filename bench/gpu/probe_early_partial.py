@@ -17,10 +17,14 @@ split / unsplit 1.018 (1.013-1.078 over 6 rounds), so the split does not pay; ki
 (early-partials, 5ac0f89) measured 0.993 and 1.002 in the plan and was reverted.
 """
 import json
+import os
 import sys
 
 import torch
 import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from peer_regimes import timed_calls  # noqa: E402
 
 M, D, MLP, H = 4608, 3072, 12288, 24
 dev = "cuda"
@@ -84,18 +88,10 @@ def graph_of(fn):
 
 
 def median_ms(fn, n=30, warm=5):
+    """The peer's protocol (peer_regimes.timed_calls): warm-ups, then each call timed alone; the median."""
     for _ in range(warm):
         fn()
-    ts = []
-    for _ in range(n):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        torch.cuda.synchronize()
-        ts.append(a.elapsed_time(b))
-    ts.sort()
-    return ts[len(ts) // 2]
+    return timed_calls(fn, n)
 
 
 def main():
