@@ -7,7 +7,8 @@ Reads, from the folders given (a `bench/gpu/run.sh` output folder, or several ca
   gpu_bench.json                       kiln-gpu-bench: copy bandwidth (2 GiB and at the kernels' sizes), every
                                        cuBLASLt algorithm of the blocks' GEMMs in bf16 and FP8, the fused plans'
                                        details (steps alone, GEMM audit, CUDA-graph time)
-  [double|single/]optimize/report.json kiln optimize --backend cuda with the peer's figures (torch.compile)
+  [double|single/]optimize/report.json kiln optimize --backend cuda with the peer's figures (torch.compile),
+                                       and its head to head in rounds where --peer-command ran them
 
 and prints one line per figure: the value, the target, and whether it is met. A figure whose input is missing
 is printed as "not measured". Benchmarks, not tests: the exit status is 0 unless no input was readable.
@@ -79,6 +80,16 @@ def main(argv):
         how = "timed as the peer is" if "kiln_seconds" in peer else "waterfall estimate"
         row(f"FLUX.1-dev {block}-stream block, kiln / torch.compile", f"{ratio:.3f} ({kiln_ms:.3f}/{peer['seconds'] * 1e3:.3f} ms)",
             "<= 0.80", ratio <= 0.80, f"{how}; {path}")
+        # The head to head (kiln optimize --peer-command): the peer and the final Plan timed in turn, the ratio
+        # taken within each round; the median over the rounds is the figure, its range the drift.
+        for h in [h for h in (rep.get("head_to_head") or {}).get("peers", []) if h.get("name") == "torch.compile"]:
+            r = h["kiln_over_peer_median"]
+            row(f"FLUX.1-dev {block}-stream block, head to head in rounds",
+                f"{r:.3f} ({h['kiln_median_seconds'] * 1e3:.3f}/{h['peer_median_seconds'] * 1e3:.3f} ms)", "<= 0.80",
+                r <= 0.80, f"{h['rounds']} rounds, range {h['kiln_over_peer_min']:.3f}-{h['kiln_over_peer_max']:.3f}")
+        if (rep.get("head_to_head") or {}).get("error"):
+            row(f"FLUX.1-dev {block}-stream block, head to head in rounds", "error", "<= 0.80", False,
+                rep["head_to_head"]["error"][:60])
         after, after_path = find(dirs, "peer_regimes_after.json")
         if after and block in after:
             # optimize.sh times the peer again after kiln's loops: the same ratio against that reading.
