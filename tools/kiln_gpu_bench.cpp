@@ -345,8 +345,8 @@ json bench_attention(const Kernels& k, const DeviceInfo& info, CUstream stream, 
 }
 #endif
 
-// Each GEMM's choice judged inside the whole plan instead of alone: for every shape, the chosen algorithm and
-// the audit's finalists (its three fastest others that may run) are forced in turn (cuda::force_gemm_choice), the plan captured again as
+// Each GEMM's choice judged inside the whole plan instead of alone: for every shape, the chosen algorithm, the
+// audit's finalists (its three fastest others that may run) and cuBLASLt's first answer are forced in turn (cuda::force_gemm_choice), the plan captured again as
 // a CUDA graph with each, and the graphs timed in interleaved rounds (each sample the median of 5 replays). The
 // plan's time with each candidate, next to the candidate's time alone, says whether a choice made alone holds
 // inside the plan, where the clocks (the H200's power cap), L2 contents and neighbours differ. The backend's
@@ -356,7 +356,10 @@ json gemm_choices_in_plan(backend::Backend& gpu, backend::Plan& plan, const std:
   json out = json::array();
   for (const cuda::GemmAudit& a : audits) {
     if (a.candidates < 2) continue;
-    const std::vector<int>& tried = a.finalists;  // the chosen candidate and the audit's 3 fastest others
+    // The chosen candidate, the audit's 3 fastest others, and cuBLASLt's first answer (what the choice buys over
+    // the library's own pick, kiln's GEMV kernel included: gemv.h).
+    std::vector<int> tried = a.finalists;
+    if (std::find(tried.begin(), tried.end(), 0) == tried.end()) tried.push_back(0);
     std::vector<int> kept;
     std::vector<std::function<Status()>> replays;
     json refused = json::array();
@@ -383,11 +386,12 @@ json gemm_choices_in_plan(backend::Backend& gpu, backend::Plan& plan, const std:
       }
     }
     json rows = json::array();
-    double chosen_plan = 0, best_plan = 1e300;
+    double chosen_plan = 0, best_plan = 1e300, first_plan = 0;
     int best = a.chosen;
     for (size_t i = 0; i < kept.size(); ++i) {
       const double plan_ms = median(samples[i]);
       if (kept[i] == a.chosen) chosen_plan = plan_ms;
+      if (kept[i] == 0) first_plan = plan_ms;
       if (plan_ms < best_plan) best_plan = plan_ms, best = kept[i];
       rows.push_back({{"candidate", kept[i]}, {"alone_ms", a.candidate_ms[static_cast<size_t>(kept[i])]}, {"plan_ms", plan_ms}});
     }
@@ -396,7 +400,11 @@ json gemm_choices_in_plan(backend::Backend& gpu, backend::Plan& plan, const std:
                 "%.4f vs %.4f ms\n",
                 a.desc.substr(0, 52).c_str(), a.chosen, chosen_plan, best, best_plan, chosen_plan / best_plan,
                 a.candidate_ms[static_cast<size_t>(a.chosen)], a.candidate_ms[static_cast<size_t>(best)]);
-    out.push_back({{"desc", a.desc}, {"chosen", a.chosen}, {"best_in_plan", best}, {"chosen_plan_ms", chosen_plan},
+    if (first_plan > 0)
+      std::printf("    chosen %s; cuBLASLt's first answer in the plan %.4f ms (%.3fx the chosen)\n", a.chosen_config.c_str(),
+                  first_plan, first_plan / chosen_plan);
+    out.push_back({{"desc", a.desc}, {"chosen", a.chosen}, {"chosen_config", a.chosen_config}, {"best_in_plan", best},
+                   {"first_answer_plan_ms", first_plan}, {"chosen_plan_ms", chosen_plan},
                    {"best_plan_ms", best_plan}, {"chosen_over_best_in_plan", chosen_plan / best_plan},
                    {"candidates", rows}, {"refused", refused}});
   }

@@ -36,10 +36,13 @@ def load_peer(path):
     return module
 
 
-def timed_calls(fn, n):
-    """n calls, each timed alone with events and synchronized (as the peer's bench() does); their median in ms."""
+def timed_calls(fn, n, before=None):
+    """n calls, each timed alone with events and synchronized (as the peer's bench() does); their median in ms.
+    `before`, if given, runs ahead of each call, outside its timing (e.g. clearing the L2)."""
     ts = []
     for _ in range(n):
+        if before is not None:
+            before()
         a = torch.cuda.Event(enable_timing=True)
         b = torch.cuda.Event(enable_timing=True)
         a.record()

@@ -12,12 +12,16 @@ Medians of 30 calls after 5 warm-ups, in rounds taken in turn.
   python3 bench/gpu/probe_gemv.py [OUT.json]
 """
 import json
+import os
 import sys
 
 import torch
 import torch.nn.functional as F
 import triton
 import triton.language as tl
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from peer_regimes import timed_calls  # noqa: E402
 
 K = 3072
 SHAPES = [6144, 9216, 18432, 36864]
@@ -50,17 +54,7 @@ def main():
     def timed(fn, n=30, warm=5):
         for _ in range(warm):
             fn()
-        ts = []
-        for _ in range(n):
-            torch.sum(flush, out=sink)
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            fn()
-            b.record()
-            torch.cuda.synchronize()
-            ts.append(a.elapsed_time(b))
-        ts.sort()
-        return ts[len(ts) // 2]
+        return timed_calls(fn, n, before=lambda: torch.sum(flush, out=sink))
 
     result = {"device": torch.cuda.get_device_name(), "l2_bytes": l2, "shapes": []}
     torch.manual_seed(0)

@@ -136,6 +136,16 @@ Result<int64_t> current_device_l2_bytes() {
   return int64_t{bytes};
 }
 
+Result<std::string> current_device_arch() {
+  KILN_TRY(require_driver());
+  CUdevice device = 0;
+  int major = 0, minor = 0;
+  KILN_TRY(check(cu().cuCtxGetDevice(&device), "cuCtxGetDevice"));
+  KILN_TRY(check(cu().cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device), "cuDeviceGetAttribute"));
+  KILN_TRY(check(cu().cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device), "cuDeviceGetAttribute"));
+  return fmt::format("sm_{}{}", major, minor);
+}
+
 Status DeviceBuffer::fill_words_async(uint32_t word, CUstream stream) const {
   return check(cu().cuMemsetD32Async(ptr_, word, static_cast<size_t>(bytes_ / 4), stream), "cuMemsetD32Async");
 }

@@ -54,6 +54,8 @@ class Context {
 
 // The L2 cache size of the current context's device.
 Result<int64_t> current_device_l2_bytes();
+// The current context's device architecture, as NVRTC names it ("sm_90").
+Result<std::string> current_device_arch();
 
 // Device memory owned by value; moved, never copied.
 class DeviceBuffer {

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "cuda/driver.h"
+#include "cuda/gemv.h"
 #include "cuda/timer.h"
 
 namespace kiln::cuda {
@@ -231,6 +232,8 @@ struct BlasLt::State {
   DeviceBuffer workspace;
   std::optional<StreamTimer> timer;  // benchmark's, made on first use
   DeviceBuffer l2_flush;             // benchmark's, made on first use: twice the L2, written before each timed launch
+  std::optional<GemvKernels> gemv;   // compiled when a one-row GEMM's candidates are first listed
+  std::string gemv_error;            // why they could not be (then they are not offered)
   ~State() {
     if (handle) cublasLtDestroy(handle);
   }
@@ -292,6 +295,15 @@ Result<std::vector<GemmAlgorithm>> BlasLt::algorithms(const GemmDesc& desc, int 
   // Neighbours: a heuristic configuration with some attributes changed, kept where cuBLASLt's own check accepts
   // it for this GEMM and its workspace fits, in rings of growing distance, so that a cap keeps the nearest.
   const size_t parents = algorithms.size();
+  if (GemvKernels::fits(desc)) {
+    if (!state_->gemv && state_->gemv_error.empty()) {
+      auto compiled = GemvKernels::create();
+      if (compiled.ok()) state_->gemv.emplace(std::move(compiled).value());
+      else state_->gemv_error = compiled.error().message;
+    }
+    for (int v = 0; state_->gemv && v < GemvKernels::kVariants; ++v)
+      algorithms.push_back({cublasLtMatmulAlgo_t{}, 0, -1, GemvKernels::describe(v), v});
+  }
   // `changes` applied to the p-th answer; a configuration cuBLASLt refuses to set is skipped.
   auto vary = [&](size_t p, std::initializer_list<std::pair<cublasLtMatmulAlgoConfigAttributes_t, int64_t>> changes) {
     if (algorithms.size() >= static_cast<size_t>(limit)) return;
@@ -361,10 +373,18 @@ Status matmul(cublasLtHandle_t handle, const DeviceBuffer& workspace, const Gemm
 
 Status BlasLt::run(const GemmDesc& desc, const GemmAlgorithm& algorithm, const GemmArgs& args,
                    CUstream stream) const {
+  if (algorithm.gemv_variant >= 0) return run_gemv(desc, algorithm, args, stream);
   Descriptors d;
   KILN_TRY(make_descriptors(desc, d));
   KILN_TRY(bind(desc, args, d));
   return matmul(state_->handle, state_->workspace, desc, d, algorithm, args, stream);
+}
+
+Status BlasLt::run_gemv(const GemmDesc& desc, const GemmAlgorithm& algorithm, const GemmArgs& args, CUstream stream) const {
+  if (!state_->gemv)
+    return make_error(ErrorCode::invalid_argument, fmt::format("GEMM {}: {} was not offered by this BlasLt", desc.str(),
+                                                               algorithm.description));
+  return state_->gemv->run(desc, algorithm.gemv_variant, args, stream);
 }
 
 Result<bool> BlasLt::agrees(const GemmDesc& desc, const GemmAlgorithm& reference, const GemmAlgorithm& candidate,
@@ -418,6 +438,7 @@ Result<std::vector<double>> BlasLt::benchmark(const GemmDesc& desc, const std::v
   size_t next = 0;
   auto launch_one = [&](const GemmAlgorithm& algorithm) -> Status {
     const GemmArgs& args = rotation[next++ % rotation.size()];
+    if (algorithm.gemv_variant >= 0) return run_gemv(desc, algorithm, args, stream);
     KILN_TRY(bind(desc, args, d));
     return matmul(state_->handle, state_->workspace, desc, d, algorithm, args, stream);
   };

@@ -67,9 +67,12 @@ struct GemmAlgorithm {
   size_t workspace_bytes = 0;
   int heuristic_rank = 0;   // 0 = cuBLASLt's first choice; -1 = a neighbour (AlgorithmSearch::neighbours)
   std::string description;  // tile, stages, split-k... as read back from the algorithm's config
+  int gemv_variant = -1;    // >= 0: not cuBLASLt's but kiln's own GEMV kernel of that variant (gemv.h); algo unused
 };
 
-// How far `BlasLt::algorithms` looks beyond cuBLASLt's heuristic list. `neighbours` adds configurations of the
+// How far `BlasLt::algorithms` looks beyond cuBLASLt's heuristic list. `neighbours` adds kiln's own GEMV kernels
+// for a GEMM of one row (gemv.h; right after the heuristic's answers, so that no cap leaves them out; like a
+// neighbour, one is used only once it agrees with the heuristic's first answer), then configurations of the
 // heuristic's answers with attributes changed, nearest first: cluster shape, custom option or CTA swizzle of
 // each; split K of each; tile or stages of the first two; tile with stages of the first (gemm.cpp). They are
 // kept where cublasLtMatmulAlgoCheck accepts them for the GEMM and their workspace fits, but that check passes
@@ -122,6 +125,7 @@ class BlasLt {
  private:
   struct State;
   explicit BlasLt(std::unique_ptr<State> state);
+  Status run_gemv(const GemmDesc& desc, const GemmAlgorithm& algorithm, const GemmArgs& args, CUstream stream) const;
   std::unique_ptr<State> state_;
 };
 

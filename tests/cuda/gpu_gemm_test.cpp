@@ -16,6 +16,8 @@
 #include <vector>
 
 #include "cuda/gemm.h"
+#include "cuda/gemv.h"
+#include "cuda/nvrtc.h"
 #include "cuda/timer.h"
 #include "gpu_test_util.h"
 #include "ir/dtype.h"
@@ -43,7 +45,8 @@ double gelu_tanh(double x) { return 0.5 * x * (1.0 + std::tanh(0.797884560802865
 // rounding plus f32 accumulation.
 void expect_all_algorithms_match(const GemmDesc& desc, const std::vector<const HostTensor*>& uploads,
                                  const std::function<void(std::vector<CUdeviceptr>&, GemmArgs&)>& bind,
-                                 const std::function<double(int64_t, int64_t)>& reference) {
+                                 const std::function<double(int64_t, int64_t)>& reference,
+                                 const std::function<bool(const GemmAlgorithm&)>& only = {}) {
   auto blas = BlasLt::create();
   ASSERT_TRUE(blas.ok()) << blas.error().message;
   auto algorithms = blas->algorithms(desc, 96, AlgorithmSearch::neighbours);
@@ -75,7 +78,10 @@ void expect_all_algorithms_match(const GemmDesc& desc, const std::vector<const H
   std::vector<uint8_t> out(out_bytes);
   std::vector<double> got(desc.m * desc.n);
   int refused = 0, correct_but_refused = 0;
+  int checked = 0;
   for (const GemmAlgorithm& algorithm : *algorithms) {
+    if (only && !only(algorithm)) continue;
+    ++checked;
     KILN_ASSERT_OK(y->fill_bytes(0xff));  // NaN in bf16 and f32: unwritten elements fail
     KILN_ASSERT_OK(blas->run(desc, algorithm, args, stream->handle()));
     KILN_ASSERT_OK(stream->synchronize());
@@ -105,15 +111,15 @@ void expect_all_algorithms_match(const GemmDesc& desc, const std::vector<const H
     }
   }
   EXPECT_EQ(correct_but_refused, 0) << desc.str() << ": agrees refused neighbours that match the reference";
-  std::printf("%s: %zu candidates, %d refused by agrees\n", desc.str().c_str(), algorithms->size(), refused);
+  EXPECT_GT(checked, 0) << desc.str() << ": no candidate was checked";
+  std::printf("%s: %d of %zu candidates checked, %d refused by agrees\n", desc.str().c_str(), checked, algorithms->size(),
+              refused);
 }
 
-class GpuGemmBf16 : public ::testing::TestWithParam<GemmEpilogue> {};
-
-TEST_P(GpuGemmBf16, EveryAlgorithmMatchesTheReference) {
-  KILN_REQUIRE_GPU();
-  std::mt19937 rng(7);
-  GemmDesc desc{.m = 80, .n = 96, .k = 200, .input = DType::bf16, .output = DType::bf16, .epilogue = GetParam()};
+// A bf16 GEMM of `desc`'s shape and epilogue on random operands: every candidate (that `only` accepts) against
+// the fp64 reference.
+void expect_bf16_gemm_matches(const GemmDesc& desc, std::mt19937& rng,
+                              const std::function<bool(const GemmAlgorithm&)>& only = {}) {
   HostTensor x = random_tensor(DType::bf16, desc.m * desc.k, rng, 1.0);
   HostTensor w = random_tensor(DType::bf16, desc.n * desc.k, rng, 0.1);
   HostTensor bias = random_tensor(DType::bf16, desc.n, rng, 1.0);
@@ -122,14 +128,24 @@ TEST_P(GpuGemmBf16, EveryAlgorithmMatchesTheReference) {
       [&](std::vector<CUdeviceptr>& p, GemmArgs& a) {
         a.x = reinterpret_cast<void*>(p[0]);
         a.w = reinterpret_cast<void*>(p[1]);
-        if (GetParam() != GemmEpilogue::none) a.bias = reinterpret_cast<void*>(p[2]);
+        if (desc.epilogue != GemmEpilogue::none) a.bias = reinterpret_cast<void*>(p[2]);
       },
       [&](int64_t i, int64_t j) {
         double s = 0;
         for (int64_t k = 0; k < desc.k; ++k) s += x.values[i * desc.k + k] * w.values[j * desc.k + k];
-        if (GetParam() != GemmEpilogue::none) s += bias.values[j];
-        return GetParam() == GemmEpilogue::bias_gelu ? gelu_tanh(s) : s;
-      });
+        if (desc.epilogue != GemmEpilogue::none) s += bias.values[j];
+        return desc.epilogue == GemmEpilogue::bias_gelu ? gelu_tanh(s) : s;
+      },
+      only);
+}
+
+class GpuGemmBf16 : public ::testing::TestWithParam<GemmEpilogue> {};
+
+TEST_P(GpuGemmBf16, EveryAlgorithmMatchesTheReference) {
+  KILN_REQUIRE_GPU();
+  std::mt19937 rng(7);
+  expect_bf16_gemm_matches({.m = 80, .n = 96, .k = 200, .input = DType::bf16, .output = DType::bf16, .epilogue = GetParam()},
+                           rng);
 }
 
 INSTANTIATE_TEST_SUITE_P(Epilogues, GpuGemmBf16,
@@ -380,6 +396,97 @@ TEST(GpuGemm, BenchmarkReadsWeightsFromMemoryNotL2) {
                 desc.str().c_str(), i, (*ms)[i], w_bytes / ((*ms)[i] * 1e-3) / 1e12, hot_ms, w_bytes / (hot_ms * 1e-3) / 1e12);
     EXPECT_GT((*ms)[i], 1.2 * hot_ms) << "algorithm #" << i << ": benchmark read its weights from L2";
   }
+}
+
+// kiln's GEMV kernels (gemv.h): offered for one-row bf16 GEMMs with no epilogue or a bias, after the heuristic's
+// answers and ahead of the neighbours; their source compiles for Hopper without a device (NVRTC only).
+TEST(GpuGemv, OfferedForOneRowBf16GemmsOnly) {
+  auto compiled = nvrtc_compile(gemv_source(), "kiln_gemv.cu", {});
+  ASSERT_TRUE(compiled.ok()) << compiled.error().message;
+  EXPECT_TRUE(GemvKernels::fits({.m = 1, .n = 18432, .k = 3072}));
+  EXPECT_TRUE(GemvKernels::fits({.m = 1, .n = 7, .k = 5, .epilogue = GemmEpilogue::bias}));
+  EXPECT_FALSE(GemvKernels::fits({.m = 2, .n = 18432, .k = 3072}));
+  EXPECT_FALSE(GemvKernels::fits({.m = 1, .n = 64, .k = 64, .epilogue = GemmEpilogue::bias_gelu}));
+  EXPECT_FALSE(GemvKernels::fits({.m = 1, .n = 64, .k = 64, .output = DType::f32}));
+  EXPECT_FALSE(GemvKernels::fits({.m = 1, .n = 64, .k = 64, .residual = true}));
+  EXPECT_FALSE(GemvKernels::fits({.m = 1, .n = 64, .k = 64, .input = DType::f8e4m3, .scaling = GemmScaling::tensor}));
+
+  KILN_REQUIRE_GPU();
+  auto blas = BlasLt::create();
+  KILN_ASSERT_OK(blas);
+  auto heuristic = blas->algorithms({.m = 1, .n = 4096, .k = 3072}, kHeuristicCount);
+  auto listed = blas->algorithms({.m = 1, .n = 4096, .k = 3072}, 96, AlgorithmSearch::neighbours);
+  KILN_ASSERT_OK(heuristic);
+  KILN_ASSERT_OK(listed);
+  for (int v = 0; v < GemvKernels::kVariants; ++v) {
+    const GemmAlgorithm& a = (*listed)[heuristic->size() + static_cast<size_t>(v)];
+    EXPECT_EQ(a.gemv_variant, v);
+    EXPECT_EQ(a.heuristic_rank, -1);
+    EXPECT_EQ(a.description, GemvKernels::describe(v));
+  }
+  auto two_rows = blas->algorithms({.m = 2, .n = 4096, .k = 3072}, 96, AlgorithmSearch::neighbours);
+  KILN_ASSERT_OK(two_rows);
+  for (const GemmAlgorithm& a : *two_rows) EXPECT_EQ(a.gemv_variant, -1) << a.description;
+}
+
+// kiln's GEMV candidates of one-row GEMMs against the fp64 reference, and accepted by agrees: k a multiple of 8
+// but not of a warp's 256-element stride (the 16-byte path's tail), odd n, and k odd (the 2-byte path). Only
+// kiln's: on the H200 (session 41) cuBLASLt's own split-K answers for these shapes (splitk=8 and 2, reduction in
+// the output type) miss this test's bound (|error| <= 2^-8 |r| + 2^-12 max|r|) by about one bf16 rounding.
+class GpuGemvShapes : public ::testing::TestWithParam<std::pair<int64_t, int64_t>> {};
+
+TEST_P(GpuGemvShapes, KilnsCandidatesMatchTheReference) {
+  KILN_REQUIRE_GPU();
+  std::mt19937 rng(11);
+  for (GemmEpilogue epilogue : {GemmEpilogue::none, GemmEpilogue::bias})
+    expect_bf16_gemm_matches({.m = 1, .n = GetParam().first, .k = GetParam().second, .epilogue = epilogue}, rng,
+                             [](const GemmAlgorithm& a) { return a.gemv_variant >= 0; });
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, GpuGemvShapes,
+                         ::testing::Values(std::pair<int64_t, int64_t>{97, 1000}, std::pair<int64_t, int64_t>{2051, 3072},
+                                           std::pair<int64_t, int64_t>{33, 203}),
+                         [](const auto& info) { return fmt::format("n{}_k{}", info.param.first, info.param.second); });
+
+// Pointers that are not 16-byte aligned (views into wider buffers) take the 2-byte path and give the same result.
+TEST(GpuGemv, UnalignedOperandsTakeTheElementPath) {
+  KILN_REQUIRE_GPU();
+  std::mt19937 rng(13);
+  const GemmDesc desc{.m = 1, .n = 65, .k = 512};
+  HostTensor x = random_tensor(DType::bf16, desc.k + 1, rng, 1.0);
+  HostTensor w = random_tensor(DType::bf16, desc.n * desc.k + 1, rng, 0.1);
+  auto gemv = GemvKernels::create();
+  KILN_ASSERT_OK(gemv);
+  auto stream = Stream::create();
+  KILN_ASSERT_OK(stream);
+  auto xb = DeviceBuffer::allocate(static_cast<int64_t>(x.bytes.size())), wb = DeviceBuffer::allocate(static_cast<int64_t>(w.bytes.size()));
+  auto yb = DeviceBuffer::allocate(desc.n * 2);
+  for (auto* b : {&xb, &wb, &yb}) KILN_ASSERT_OK(*b);
+  KILN_ASSERT_OK(xb->upload(x.bytes.data(), static_cast<int64_t>(x.bytes.size())));
+  KILN_ASSERT_OK(wb->upload(w.bytes.data(), static_cast<int64_t>(w.bytes.size())));
+  for (int shift : {0, 1}) {  // in elements: 0 keeps both aligned, 1 moves both off 16 bytes
+    GemmArgs args;
+    args.x = static_cast<const char*>(xb->data()) + 2 * shift;
+    args.w = static_cast<const char*>(wb->data()) + 2 * shift;
+    args.y = yb->data();
+    for (int v = 0; v < GemvKernels::kVariants; ++v) {
+      KILN_ASSERT_OK(yb->fill_bytes(0xff));
+      KILN_ASSERT_OK(gemv->run(desc, v, args, stream->handle()));
+      KILN_ASSERT_OK(stream->synchronize());
+      std::vector<uint8_t> out(desc.n * 2);
+      std::vector<double> got(desc.n);
+      KILN_ASSERT_OK(yb->download(out.data(), desc.n * 2));
+      decode_elements(DType::bf16, out.data(), got.data(), desc.n);
+      for (int64_t j = 0; j < desc.n; ++j) {
+        double s = 0;
+        for (int64_t k = 0; k < desc.k; ++k) s += x.values[k + shift] * w.values[j * desc.k + k + shift];
+        ASSERT_LE(std::abs(got[j] - s), std::abs(s) * 0x1p-8 + 1e-3) << "variant " << v << " shift " << shift << " row " << j;
+      }
+    }
+  }
+  GemmArgs args;
+  EXPECT_FALSE(gemv->run({.m = 2, .n = 4, .k = 8}, 0, args, stream->handle()).ok());
+  EXPECT_FALSE(gemv->run({.m = 1, .n = 4, .k = 8}, GemvKernels::kVariants, args, stream->handle()).ok());
 }
 
 TEST(GpuGemm, BadDescriptionsAreErrorsNamingTheShape) {
