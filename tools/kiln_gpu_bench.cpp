@@ -346,11 +346,11 @@ json bench_attention(const Kernels& k, const DeviceInfo& info, CUstream stream, 
 #endif
 
 // Each GEMM's choice judged inside the whole plan instead of alone: for every shape, the chosen algorithm, the
-// audit's finalists (its three fastest others that may run) and cuBLASLt's first answer are forced in turn (cuda::force_gemm_choice), the plan captured again as
-// a CUDA graph with each, and the graphs timed in interleaved rounds (each sample the median of 5 replays). The
-// plan's time with each candidate, next to the candidate's time alone, says whether a choice made alone holds
-// inside the plan, where the clocks (the H200's power cap), L2 contents and neighbours differ. The backend's
-// own choice is restored after each shape.
+// audit's finalists (its three fastest others that may run) and cuBLASLt's first answer are forced in turn
+// (cuda::force_gemm_choice), the plan captured again as a CUDA graph with each, and the graphs timed in
+// interleaved rounds (each sample the median of 5 replays). The plan's time with each candidate, next to the
+// candidate's time alone, says whether a choice made alone holds inside the plan, where the clocks (the H200's
+// power cap), L2 contents and neighbours differ. The backend's own choice is restored after each shape.
 json gemm_choices_in_plan(backend::Backend& gpu, backend::Plan& plan, const std::vector<cuda::GemmAudit>& audits) {
   constexpr int kRounds = 8;
   json out = json::array();
@@ -401,8 +401,8 @@ json gemm_choices_in_plan(backend::Backend& gpu, backend::Plan& plan, const std:
                 a.desc.substr(0, 52).c_str(), a.chosen, chosen_plan, best, best_plan, chosen_plan / best_plan,
                 a.candidate_ms[static_cast<size_t>(a.chosen)], a.candidate_ms[static_cast<size_t>(best)]);
     if (first_plan > 0)
-      std::printf("    chosen %s; cuBLASLt's first answer in the plan %.4f ms (%.3fx the chosen)\n", a.chosen_config.c_str(),
-                  first_plan, first_plan / chosen_plan);
+      std::printf("    chosen %s; cuBLASLt's first answer in the plan %.4f ms (%.3fx the chosen)\n",
+                  a.chosen_config.c_str(), first_plan, first_plan / chosen_plan);
     out.push_back({{"desc", a.desc}, {"chosen", a.chosen}, {"chosen_config", a.chosen_config}, {"best_in_plan", best},
                    {"first_answer_plan_ms", first_plan}, {"chosen_plan_ms", chosen_plan},
                    {"best_plan_ms", best_plan}, {"chosen_over_best_in_plan", chosen_plan / best_plan},
@@ -618,7 +618,6 @@ json bench_plan(const std::string& spec, int reps, bool fused_only, bool profile
   return row;
 }
 
-
 // Each distinct generated kernel of a model's fused plan, searched over its CUDA schedule space in-process
 // (tune/measure_on_backend.h), then the plan with the winners against the plan with default schedules.
 // `progress` sees the row as it grows, after each kernel (main writes it out, so a run cut short keeps its kernels).
@@ -822,8 +821,9 @@ void bench_library(const Kernels& k, const DeviceInfo& info, CUstream stream, bo
 }  // namespace
 
 constexpr const char* kUsage =
-    "usage: kiln-gpu-bench --out FILE.json [--quick] [--fused-only] [--lanes N] [--profile-window] [--plan ZOO_SPEC]... "
-    "[--tune-plan ZOO_SPEC]... [--max-candidates N] [--schedule-ab] [--no-library] [--disable-pass NAME]...\n";
+    "usage: kiln-gpu-bench --out FILE.json [--quick] [--fused-only] [--lanes N] [--profile-window] "
+    "[--plan ZOO_SPEC]... [--tune-plan ZOO_SPEC]... [--max-candidates N] [--schedule-ab] [--no-library] "
+    "[--disable-pass NAME]...\n";
 
 int main(int argc, char** argv) {
   std::string out_path;

@@ -141,8 +141,10 @@ Result<std::string> current_device_arch() {
   CUdevice device = 0;
   int major = 0, minor = 0;
   KILN_TRY(check(cu().cuCtxGetDevice(&device), "cuCtxGetDevice"));
-  KILN_TRY(check(cu().cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device), "cuDeviceGetAttribute"));
-  KILN_TRY(check(cu().cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device), "cuDeviceGetAttribute"));
+  KILN_TRY(check(cu().cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device),
+                 "cuDeviceGetAttribute"));
+  KILN_TRY(check(cu().cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device),
+                 "cuDeviceGetAttribute"));
   return fmt::format("sm_{}{}", major, minor);
 }
 

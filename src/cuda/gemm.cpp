@@ -298,8 +298,10 @@ Result<std::vector<GemmAlgorithm>> BlasLt::algorithms(const GemmDesc& desc, int 
   if (GemvKernels::fits(desc)) {
     if (!state_->gemv && state_->gemv_error.empty()) {
       auto compiled = GemvKernels::create();
-      if (compiled.ok()) state_->gemv.emplace(std::move(compiled).value());
-      else state_->gemv_error = compiled.error().message;
+      if (compiled.ok())
+        state_->gemv.emplace(std::move(compiled).value());
+      else
+        state_->gemv_error = compiled.error().message;
     }
     for (int v = 0; state_->gemv && v < GemvKernels::kVariants; ++v)
       algorithms.push_back({cublasLtMatmulAlgo_t{}, 0, -1, GemvKernels::describe(v), v});
@@ -380,10 +382,11 @@ Status BlasLt::run(const GemmDesc& desc, const GemmAlgorithm& algorithm, const G
   return matmul(state_->handle, state_->workspace, desc, d, algorithm, args, stream);
 }
 
-Status BlasLt::run_gemv(const GemmDesc& desc, const GemmAlgorithm& algorithm, const GemmArgs& args, CUstream stream) const {
+Status BlasLt::run_gemv(const GemmDesc& desc, const GemmAlgorithm& algorithm, const GemmArgs& args,
+                        CUstream stream) const {
   if (!state_->gemv)
-    return make_error(ErrorCode::invalid_argument, fmt::format("GEMM {}: {} was not offered by this BlasLt", desc.str(),
-                                                               algorithm.description));
+    return make_error(ErrorCode::invalid_argument,
+                      fmt::format("GEMM {}: {} was not offered by this BlasLt", desc.str(), algorithm.description));
   return state_->gemv->run(desc, algorithm.gemv_variant, args, stream);
 }
 

@@ -140,7 +140,8 @@ Result<GemvKernels> GemvKernels::create() {
 }
 
 Status GemvKernels::run(const GemmDesc& desc, int variant, const GemmArgs& args, CUstream stream) const {
-  if (!fits(desc)) return make_error(ErrorCode::invalid_argument, fmt::format("kiln gemv cannot compute GEMM {}", desc.str()));
+  if (!fits(desc))
+    return make_error(ErrorCode::invalid_argument, fmt::format("kiln gemv cannot compute GEMM {}", desc.str()));
   if (variant < 0 || variant >= kVariants)
     return make_error(ErrorCode::invalid_argument, fmt::format("kiln gemv has no variant {}", variant));
   const Variant& v = kVariantShapes[variant];

@@ -112,8 +112,8 @@ void expect_all_algorithms_match(const GemmDesc& desc, const std::vector<const H
   }
   EXPECT_EQ(correct_but_refused, 0) << desc.str() << ": agrees refused neighbours that match the reference";
   EXPECT_GT(checked, 0) << desc.str() << ": no candidate was checked";
-  std::printf("%s: %d of %zu candidates checked, %d refused by agrees\n", desc.str().c_str(), checked, algorithms->size(),
-              refused);
+  std::printf("%s: %d of %zu candidates checked, %d refused by agrees\n", desc.str().c_str(), checked,
+              algorithms->size(), refused);
 }
 
 // A bf16 GEMM of `desc`'s shape and epilogue on random operands: every candidate (that `only` accepts) against
@@ -144,8 +144,8 @@ class GpuGemmBf16 : public ::testing::TestWithParam<GemmEpilogue> {};
 TEST_P(GpuGemmBf16, EveryAlgorithmMatchesTheReference) {
   KILN_REQUIRE_GPU();
   std::mt19937 rng(7);
-  expect_bf16_gemm_matches({.m = 80, .n = 96, .k = 200, .input = DType::bf16, .output = DType::bf16, .epilogue = GetParam()},
-                           rng);
+  expect_bf16_gemm_matches(
+      {.m = 80, .n = 96, .k = 200, .input = DType::bf16, .output = DType::bf16, .epilogue = GetParam()}, rng);
 }
 
 INSTANTIATE_TEST_SUITE_P(Epilogues, GpuGemmBf16,
@@ -444,7 +444,8 @@ TEST_P(GpuGemvShapes, KilnsCandidatesMatchTheReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, GpuGemvShapes,
-                         ::testing::Values(std::pair<int64_t, int64_t>{97, 1000}, std::pair<int64_t, int64_t>{2051, 3072},
+                         ::testing::Values(std::pair<int64_t, int64_t>{97, 1000},
+                                           std::pair<int64_t, int64_t>{2051, 3072},
                                            std::pair<int64_t, int64_t>{33, 203}),
                          [](const auto& info) { return fmt::format("n{}_k{}", info.param.first, info.param.second); });
 
@@ -459,7 +460,8 @@ TEST(GpuGemv, UnalignedOperandsTakeTheElementPath) {
   KILN_ASSERT_OK(gemv);
   auto stream = Stream::create();
   KILN_ASSERT_OK(stream);
-  auto xb = DeviceBuffer::allocate(static_cast<int64_t>(x.bytes.size())), wb = DeviceBuffer::allocate(static_cast<int64_t>(w.bytes.size()));
+  auto xb = DeviceBuffer::allocate(static_cast<int64_t>(x.bytes.size())),
+       wb = DeviceBuffer::allocate(static_cast<int64_t>(w.bytes.size()));
   auto yb = DeviceBuffer::allocate(desc.n * 2);
   for (auto* b : {&xb, &wb, &yb}) KILN_ASSERT_OK(*b);
   KILN_ASSERT_OK(xb->upload(x.bytes.data(), static_cast<int64_t>(x.bytes.size())));
@@ -480,7 +482,8 @@ TEST(GpuGemv, UnalignedOperandsTakeTheElementPath) {
       for (int64_t j = 0; j < desc.n; ++j) {
         double s = 0;
         for (int64_t k = 0; k < desc.k; ++k) s += x.values[k + shift] * w.values[j * desc.k + k + shift];
-        ASSERT_LE(std::abs(got[j] - s), std::abs(s) * 0x1p-8 + 1e-3) << "variant " << v << " shift " << shift << " row " << j;
+        ASSERT_LE(std::abs(got[j] - s), std::abs(s) * 0x1p-8 + 1e-3)
+            << "variant " << v << " shift " << shift << " row " << j;
       }
     }
   }
