@@ -36,9 +36,12 @@ def load_peer(path):
     return module
 
 
-def timed_calls(fn, n, before=None):
+def timed_calls(fn, n, before=None, warm=0):
     """n calls, each timed alone with events and synchronized (as the peer's bench() does); their median in ms.
-    `before`, if given, runs ahead of each call, outside its timing (e.g. clearing the L2)."""
+    `warm` untimed calls come first; `before`, if given, runs ahead of each timed call, outside its timing (e.g.
+    clearing the L2)."""
+    for _ in range(warm):
+        fn()
     ts = []
     for _ in range(n):
         if before is not None:

@@ -87,13 +87,6 @@ def graph_of(fn):
     return g.replay
 
 
-def median_ms(fn, n=30, warm=5):
-    """The peer's protocol (peer_regimes.timed_calls): warm-ups, then each call timed alone; the median."""
-    for _ in range(warm):
-        fn()
-    return timed_calls(fn, n)
-
-
 def main():
     # Numerics: the split form against the unsplit one on real data (the concat filled this time).
     attn = attention(torch.addmm(b_qkv, x, w_qkv.t()))
@@ -114,11 +107,11 @@ def main():
         "linear2_mlp_part": lambda: torch.mm(act, w2b.t()),
         "linear2_attn_part": lambda: torch.addmm(one, attn, w2a.t()),
     }
-    alone = {k: median_ms(graph_of(f)) for k, f in steps.items()}
+    alone = {k: timed_calls(graph_of(f), 30, warm=5) for k, f in steps.items()}
     rounds = []
     for r in range(6):
         order = ["unsplit", "split"] if r % 2 == 0 else ["split", "unsplit"]
-        rounds.append({k: median_ms(forms[k]) for k in order})
+        rounds.append({k: timed_calls(forms[k], 30, warm=5) for k in order})
     med = {k: sorted(r[k] for r in rounds)[len(rounds) // 2] for k in forms}
     ratios = sorted(r["split"] / r["unsplit"] for r in rounds)
     result = {"device": torch.cuda.get_device_name(), "alone_ms": alone, "rounds_ms": rounds, "median_ms": med,

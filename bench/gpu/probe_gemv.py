@@ -50,10 +50,8 @@ def main():
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     flush = torch.empty(2 * l2 // 4 + 1024, device=dev, dtype=torch.float32).fill_(1)
 
-    def timed(fn, n=30, warm=5):
-        for _ in range(warm):
-            fn()
-        return timed_calls(fn, n, before=lambda: flush.sum())
+    def timed(fn):
+        return timed_calls(fn, 30, before=lambda: flush.sum(), warm=5)
 
     result = {"device": torch.cuda.get_device_name(), "l2_bytes": l2, "shapes": []}
     torch.manual_seed(0)

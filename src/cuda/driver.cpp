@@ -127,25 +127,30 @@ Status DeviceBuffer::download(void* host, int64_t bytes, int64_t offset) const {
   return check(cu().cuMemcpyDtoH(host, ptr_ + offset, static_cast<size_t>(bytes)), "cuMemcpyDtoH");
 }
 
-Result<int64_t> current_device_l2_bytes() {
+namespace {
+
+// An attribute of the current context's device.
+Result<int> current_device_attribute(CUdevice_attribute attribute) {
   KILN_TRY(require_driver());
   CUdevice device = 0;
-  int bytes = 0;
+  int value = 0;
   KILN_TRY(check(cu().cuCtxGetDevice(&device), "cuCtxGetDevice"));
-  KILN_TRY(check(cu().cuDeviceGetAttribute(&bytes, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, device), "cuDeviceGetAttribute"));
+  KILN_TRY(check(cu().cuDeviceGetAttribute(&value, attribute, device), "cuDeviceGetAttribute"));
+  return value;
+}
+
+}  // namespace
+
+Result<int64_t> current_device_l2_bytes() {
+  KILN_ASSIGN_OR_RETURN(const int bytes, current_device_attribute(CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE));
   return int64_t{bytes};
 }
 
 Result<std::string> current_device_arch() {
-  KILN_TRY(require_driver());
-  CUdevice device = 0;
-  int major = 0, minor = 0;
-  KILN_TRY(check(cu().cuCtxGetDevice(&device), "cuCtxGetDevice"));
-  KILN_TRY(check(cu().cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device),
-                 "cuDeviceGetAttribute"));
-  KILN_TRY(check(cu().cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device),
-                 "cuDeviceGetAttribute"));
-  return fmt::format("sm_{}{}", major, minor);
+  DeviceInfo info;
+  KILN_ASSIGN_OR_RETURN(info.compute_major, current_device_attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR));
+  KILN_ASSIGN_OR_RETURN(info.compute_minor, current_device_attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR));
+  return info.arch();
 }
 
 Status DeviceBuffer::fill_words_async(uint32_t word, CUstream stream) const {

@@ -233,7 +233,7 @@ struct BlasLt::State {
   std::optional<StreamTimer> timer;  // benchmark's, made on first use
   DeviceBuffer l2_flush;             // benchmark's, made on first use: twice the L2, written before each timed launch
   std::optional<GemvKernels> gemv;   // compiled when a one-row GEMM's candidates are first listed
-  std::string gemv_error;            // why they could not be (then they are not offered)
+  bool gemv_tried = false;           // once: kernels that failed to compile are not offered, nor tried again
   ~State() {
     if (handle) cublasLtDestroy(handle);
   }
@@ -296,12 +296,10 @@ Result<std::vector<GemmAlgorithm>> BlasLt::algorithms(const GemmDesc& desc, int 
   // it for this GEMM and its workspace fits, in rings of growing distance, so that a cap keeps the nearest.
   const size_t parents = algorithms.size();
   if (GemvKernels::fits(desc)) {
-    if (!state_->gemv && state_->gemv_error.empty()) {
+    if (!state_->gemv_tried) {
+      state_->gemv_tried = true;
       auto compiled = GemvKernels::create();
-      if (compiled.ok())
-        state_->gemv.emplace(std::move(compiled).value());
-      else
-        state_->gemv_error = compiled.error().message;
+      if (compiled.ok()) state_->gemv.emplace(std::move(compiled).value());
     }
     for (int v = 0; state_->gemv && v < GemvKernels::kVariants; ++v)
       algorithms.push_back({cublasLtMatmulAlgo_t{}, 0, -1, GemvKernels::describe(v), v});
