@@ -439,6 +439,9 @@ json plan_details(backend::Backend& gpu, backend::Plan& plan, double graph_ms, b
                   p->device.bandwidth_bytes_per_second / 1e12);
   }
   details["steps"] = steps;
+  // What each memory-bound step's copy_seconds is (profile/profile.h): since session 42 a copy kernel of one 16-byte
+  // vector a thread (Backend::copy) captured and replayed as the step is; before, the driver's copy.
+  details["step_copy"] = "copy16 kernel, replayed as the step";
   details["steps_kernel_seconds_sum"] = kernel_sum;
   details["cuda_graph_ms"] = graph_ms;
   std::printf("  per-call steps replayed alone: sum %.4f ms; the plan as a CUDA graph %.4f ms (%.3fx the sum)\n", kernel_sum * 1e3,

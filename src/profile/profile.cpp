@@ -36,10 +36,11 @@ double kernel_time(backend::Plan& plan, backend::Backend& backend, size_t step) 
   return timing.ok() ? timing->median_seconds / kKernelRepeats : 0;
 }
 
-// A device copy of `bytes` (bytes / 2 each way), replayed as kernel_time replays a step; cached by size. 0 when
-// the backend cannot allocate, capture or time it.
+// A device copy of `bytes` (bytes / 2 each way, in whole 16-byte vectors, so that a GPU backend copies with a vector
+// kernel rather than the driver's copy), replayed as kernel_time replays a step; cached by size. 0 when the backend
+// cannot allocate, capture or time it.
 double copy_time(backend::Backend& backend, int64_t bytes, std::map<int64_t, double>& cache) {
-  const int64_t words = std::max<int64_t>(1, bytes / 2 / 4);
+  const int64_t words = std::max<int64_t>(4, bytes / 2 / 4 / 4 * 4);
   if (auto it = cache.find(words); it != cache.end()) return it->second;
   double seconds = 0;
   auto from = backend.allocate({DType::f32, {words}});

@@ -16,7 +16,9 @@
 //
 // A memory-bound generated kernel is also set beside a device-to-device copy of as many bytes (half read,
 // half written), timed the same way (copy_seconds): the bandwidth a kernel of that size can get, launch ramp
-// and tail included, where the device's measured bandwidth is that of a copy many times larger.
+// and tail included, where the device's measured bandwidth is that of a copy many times larger. On the CUDA
+// backend that copy is a kernel of one 16-byte vector a thread (Backend::copy), replayed in the same CUDA graph
+// form as the step, so the two differ only in what the kernels do.
 #pragma once
 
 #include <array>

@@ -86,6 +86,38 @@ TEST(CudaEmit, FluxBlockKernelsCompileWithEarlyLoads) {
   EXPECT_GE(early, 8);
 }
 
+// Backend::copy takes a 16-byte vector kernel where both pointers and the size are multiples of 16 and the
+// driver's copy elsewhere: every case copies the bytes, and only them (the element past the end stays).
+TEST(GpuBackend, CopyMovesExactlyTheBytesAtEveryAlignment) {
+  KILN_REQUIRE_CUDA_BACKEND();
+  for (int64_t n : {1, 3, 8, 9, 1027, 1 << 20}) {
+    for (int64_t offset : {0, 1, 8}) {
+      SCOPED_TRACE("bf16 elements " + std::to_string(n) + " at element " + std::to_string(offset));
+      Tensor host(DType::bf16, {offset + n + 1});
+      for (int64_t i = 0; i < host.numel(); ++i) host.set(i, static_cast<double>(i % 251) - 100.0);
+      const TensorType whole{DType::bf16, {offset + n + 1}};
+      auto from = gpu->allocate(whole);
+      auto to = gpu->allocate(whole);
+      ASSERT_TRUE(from.ok() && to.ok());
+      ASSERT_TRUE(gpu->copy_to_device(host, *from).ok());
+      ASSERT_TRUE(gpu->copy_to_device(Tensor(whole.dtype, whole.shape), *to).ok());
+      backend::DeviceTensor src = *from, dst = *to;
+      src.data = static_cast<std::byte*>(src.data) + 2 * offset;
+      dst.data = static_cast<std::byte*>(dst.data) + 2 * offset;
+      src.type = dst.type = TensorType{DType::bf16, {n}};
+      ASSERT_TRUE(gpu->copy(src, dst).ok());
+      auto back = gpu->copy_to_host(*to);
+      ASSERT_TRUE(back.ok()) << back.error().message;
+      for (int64_t i = 0; i < host.numel(); ++i) {
+        const double expected = i >= offset && i < offset + n ? host.get(i) : 0.0;
+        ASSERT_EQ(back->get(i), expected) << "element " << i;
+      }
+      gpu->release(*from);
+      gpu->release(*to);
+    }
+  }
+}
+
 TEST(GpuBackend, DescribesTheDevice) {
   KILN_REQUIRE_CUDA_BACKEND();
   EXPECT_EQ(gpu->device().kind, "cuda");
