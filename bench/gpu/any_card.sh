@@ -36,8 +36,11 @@ if echo "$card" | grep -q H200 || [ "${ANY_CARD_ISSUE7:-0}" = 1 ]; then
   # leaves about 380 s.
   regimes=1
   [ "$left" -lt 600 ] && regimes=0
-  KILN_PEER_REGIMES=$regimes KILN_NO_KB=1 KILN_PEER_AFTER=0 KILN_OPTIMIZE_TIMEOUT=160 timeout "$((left > 30 ? left : 30))" \
-    bash "$root/bench/gpu/optimize.sh" "$out/opt" "$build/kiln" 100s zoo:flux1-double-block zoo:flux1-single-block \
+  # Each block: the fp64 reference and the baseline's deployment (about 40 s on the H200), the loop's 60 s, then
+  # three head-to-head rounds against one peer process (optimize.sh's peer server: one compile, then each round 2 s
+  # idle and 35 calls; not yet timed on a GPU), inside 200 s; a kiln stopped by the timeout writes no report.
+  KILN_PEER_REGIMES=$regimes KILN_NO_KB=1 KILN_PEER_AFTER=0 KILN_OPTIMIZE_TIMEOUT=200 timeout "$((left > 30 ? left : 30))" \
+    bash "$root/bench/gpu/optimize.sh" "$out/opt" "$build/kiln" 60s zoo:flux1-double-block zoo:flux1-single-block \
     > "$out/optimize_sh.log" 2>&1 || status=1
   grep -E "^==|next to|kept|no win|done:" "$out/optimize_sh.log" | cut -c1-160
   grep -h -m1 "deployed in" "$out"/opt/*-optimize.log 2> /dev/null | cut -c1-160  # each baseline's

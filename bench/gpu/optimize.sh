@@ -47,6 +47,10 @@ if [ "${KILN_PEER_REGIMES:-1}" != 0 ]; then
     || { echo "peer_regimes.py failed (the sustained comparison is left out):"; tail -5 "$out/peer_regimes.log"; }
 fi
 status=0
+server_pid=""
+# A peer server still up when this script ends (a timeout, an interrupt) must not stay behind holding the GPU.
+trap '[ -n "$server_pid" ] && kill "$server_pid" 2> /dev/null' EXIT
+trap 'exit 143' TERM INT
 for model in "${models[@]}"; do
   block="double"
   case "$model" in *single*) block="single" ;; esac
@@ -72,14 +76,43 @@ PY
   echo "== kiln optimize $model --backend cuda --budget $budget"
   # Head to head: the peer (peer_regimes.py, from idle) and kiln's final Plan timed in turn, KILN_PEER_ROUNDS
   # rounds (3; 0 leaves them out): each round's ratio compares one power and clock state of the GPU.
+  # The rounds ask one peer process that compiled the block once (peer_regimes.py --serve, started and ready
+  # before kiln starts, so it never runs beside kiln's loop); where it does not come up within 300 s, each round
+  # runs the script afresh (about 50 s a round on the H200: torch's import and the block's compile).
   h2h=()
   rounds="${KILN_PEER_ROUNDS:-3}"
-  [ "$rounds" != 0 ] && h2h=(--peer-rounds "$rounds" --peer-command
-    "python3 '$root/bench/gpu/peer_regimes.py' '$dir/peer_round.json' --blocks $block --sustain 0 --figures torch.compile")
+  if [ "$rounds" != 0 ]; then
+    serve_dir="$dir/peer_server"
+    rm -rf "$serve_dir"
+    python3 "$root/bench/gpu/peer_regimes.py" "$dir/peer_server.json" --blocks "$block" --serve "$serve_dir" \
+      > "$dir/peer_server.log" 2>&1 &
+    server_pid=$!
+    for _ in $(seq 300); do
+      [ -f "$serve_dir/port" ] && break
+      kill -0 "$server_pid" 2> /dev/null || break
+      sleep 1
+    done
+    if [ -f "$serve_dir/port" ]; then
+      echo "peer server ready ($(grep -o '"compile_wall_s": [0-9.]*' "$dir/peer_server.log" | head -1))"
+      h2h=(--peer-rounds "$rounds" --peer-command
+        "python3 '$root/bench/gpu/peer_regimes.py' --ask '$serve_dir' --figures torch.compile")
+    else
+      echo "the peer server did not come up (each round runs peer_regimes.py afresh):"; tail -5 "$dir/peer_server.log"
+      kill "$server_pid" 2> /dev/null
+      server_pid=""
+      h2h=(--peer-rounds "$rounds" --peer-command
+        "python3 '$root/bench/gpu/peer_regimes.py' '$dir/peer_round.json' --blocks $block --sustain 0 --figures torch.compile")
+    fi
+  fi
   kb=(--kb "$out/kiln-kb.sqlite")
   [ -n "${KILN_NO_KB:-}" ] && kb=(--no-kb)  # no knowledge base and no kernel tuner: a shorter call
   timeout "${KILN_OPTIMIZE_TIMEOUT:-340}" "$kiln" optimize "$model" --backend cuda --budget "$budget" -o "$dir/optimize" \
     "${kb[@]}" "${peers[@]}" "${h2h[@]}" > "$dir/optimize.log" 2>&1 || status=1
+  if [ -n "$server_pid" ]; then
+    python3 "$root/bench/gpu/peer_regimes.py" --ask "$serve_dir" --quit --ask-timeout 10 2> /dev/null || kill "$server_pid" 2> /dev/null
+    wait "$server_pid" 2> /dev/null
+    server_pid=""
+  fi
   tail -14 "$dir/optimize.log"
   # The device tool brings back only shallow folders: the report and log also at the top, by block.
   cp "$dir/optimize/report.json" "$out/$block-report.json" 2> /dev/null
