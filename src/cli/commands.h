@@ -15,5 +15,6 @@ void add_opt_command(CLI::App& app, int* exit_code);
 void add_tune_command(CLI::App& app, int* exit_code);
 void add_kb_command(CLI::App& app, int* exit_code);
 void add_optimize_command(CLI::App& app, int* exit_code);
+void add_emit_command(CLI::App& app, int* exit_code);
 
 }  // namespace kiln::cli

@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
   kiln::cli::add_zoo_command(app, &exit_code);
   kiln::cli::add_ops_command(app, &exit_code);
   kiln::cli::add_opt_command(app, &exit_code);
+  kiln::cli::add_emit_command(app, &exit_code);
   kiln::cli::add_tune_command(app, &exit_code);
   kiln::cli::add_kb_command(app, &exit_code);
   kiln::cli::add_optimize_command(app, &exit_code);

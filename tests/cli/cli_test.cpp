@@ -147,6 +147,34 @@ TEST(Cli, ExportRoundTripsThroughShow) {
   std::filesystem::remove_all(dir);
 }
 
+// kiln emit: the plan's distinct generated kernels, each headed by its group and schedule, in the backend's
+// dialect; --min-mb keeps the big ones. On a machine without a GPU the CUDA dialect still comes out (the pipeline
+// without cuBLASLt's answers, schedules for 132 SMs), and says so.
+TEST(Cli, EmitPrintsThePlansKernelsInTheBackendsDialect) {
+  auto cpu = run_kiln("emit zoo:flux1-double-block:tiny --backend cpu");
+  ASSERT_EQ(cpu.exit_code, 0) << cpu.out;
+  EXPECT_NE(cpu.out.find("dialect cpu"), std::string::npos) << cpu.out.substr(0, 400);
+  EXPECT_NE(cpu.out.find("//   k0: "), std::string::npos) << cpu.out.substr(0, 400);
+  EXPECT_NE(cpu.out.find(": group "), std::string::npos) << cpu.out.substr(0, 1200);
+  EXPECT_EQ(cpu.out.find("__global__"), std::string::npos);
+  auto gpu = run_kiln("emit zoo:flux1-double-block --min-mb 40");
+  ASSERT_EQ(gpu.exit_code, 0) << gpu.out.substr(0, 400);
+  EXPECT_NE(gpu.out.find("dialect cuda"), std::string::npos) << gpu.out.substr(0, 400);
+  // The image layernorm + modulate (50.3 MB, 4096 rows) is among them, with its launch shape; the 6-13 MB text
+  // stream's kernels are not.
+  EXPECT_NE(gpu.out.find("4096 rows, 50.3 MB"), std::string::npos) << gpu.out.substr(0, 1200);
+  EXPECT_NE(gpu.out.find("grid 4096 of 128x1 threads"), std::string::npos) << gpu.out.substr(0, 1200);
+  EXPECT_EQ(gpu.out.find(" 6.3 MB"), std::string::npos) << gpu.out.substr(0, 1200);
+  // One header line and one __global__ entry per kernel.
+  auto count = [&](const std::string& needle) {
+    int n = 0;
+    for (size_t at = gpu.out.find(needle); at != std::string::npos; at = gpu.out.find(needle, at + 1)) ++n;
+    return n;
+  };
+  EXPECT_GE(count("\n//   k"), 3);
+  EXPECT_EQ(count("\n//   k"), count("__global__ void"));
+}
+
 TEST(Cli, BadInputIsOneClearLine) {
   const auto dir = temp_dir();
   const std::string bad_json = (dir / "bad.json").string();
@@ -171,6 +199,8 @@ TEST(Cli, BadInputIsOneClearLine) {
       {"optimize --no-kb --peer-sustained torch.compile=-1", "--peer-sustained 'torch.compile=-1'"},
       {"optimize --no-kb --peer-rounds 0 --peer-command true", "--peer-rounds 0"},
       {"optimize --no-kb --workload " + missing + " --peer-command true", "--peer-command"},
+      {"emit zoo:flux1-double-block:tiny --backend tpu", "tpu"},
+      {"emit zoo:flux1-double-block:tiny --min-mb 100000", "at least 100000 MB"},
   };
   for (const Case& c : cases) {
     auto r = run_kiln(c.args);
