@@ -11,9 +11,10 @@
 //   copy16        a 16-byte copy of as many bytes (one vector a thread), and copy16x4 (four a thread)
 // kiln's own kernel beside them: `kiln emit zoo:flux1-double-block --min-mb 40 -o /tmp/emitted.cu` prints the plan's
 // big kernels; name the layernorm + modulate one (its header says "4096 rows, 50.3 MB") at build time with
-//   -DKILN_EMITTED='"/tmp/emitted.cu"' -DKILN_LN_ENTRY=k1 -DKILN_LN_ROWS=4096 [-DKILN_LN_THREADS=128]
-// and it runs as variant "kiln" with (x, scale, shift, y) in the header's launch shape (one row a block of
+//   -DKILN_EMITTED='"/tmp/emitted.cu"' -DKILN_LN_ROWS=4096 '-DKILN_LN_ENTRIES(X)=X(k1)' [-DKILN_LN_THREADS=128]
+// and each entry runs as a variant with (x, scale, shift, y) in the header's launch shape (one row a block of
 // KILN_LN_THREADS, the default schedule's), checked against the reference like the others.
+// bench/gpu/probe_emitted_ln.sh does this, with edited copies of kiln's kernel beside it.
 // Build and run (on the GPU machine): nvcc -O3 -std=c++20 -arch=sm_90 bench/gpu/probe_layernorm.cu -o /tmp/probe_ln
 //   && /tmp/probe_ln [ROWS...]   (default 4096 4608: the double block's image rows, the single block's joint rows),
 // then the q/k RMS norm + RoPE over 24 heads x 4608 tokens in threads a row and rows a thread group
@@ -435,12 +436,16 @@ void probe_layernorm(int rows, int sms) {
   const int g4 = std::min((rows + 3) / 4, resident_blocks(reinterpret_cast<const void*>(ln_warp_loop<4>), 128, sms));
   v.push_back({"warp4/loop(" + std::to_string(g4) + ")",
                [=](int s) { ln_warp_loop<4><<<g4, 128, 0, g_stream>>>(xs[s], shift, scale, ys[s], rows); }, bytes});
-#ifdef KILN_LN_ENTRY
+#ifdef KILN_LN_ENTRIES
   if (rows == KILN_LN_ROWS) {
-    v.push_back({"kiln", [=](int s) {
-                   KILN_LN_ENTRY<<<rows, KILN_LN_THREADS, 0, g_stream>>>(reinterpret_cast<const uint16_t*>(xs[s]), reinterpret_cast<const uint16_t*>(scale),
-                                                      reinterpret_cast<const uint16_t*>(shift), reinterpret_cast<uint16_t*>(ys[s]));
-                 }, bytes});
+#define KILN_LN_VARIANT(entry)                                                                                         \
+  v.push_back({#entry, [=](int s) {                                                                                    \
+                 entry<<<rows, KILN_LN_THREADS, 0, g_stream>>>(                                                        \
+                     reinterpret_cast<const uint16_t*>(xs[s]), reinterpret_cast<const uint16_t*>(scale),               \
+                     reinterpret_cast<const uint16_t*>(shift), reinterpret_cast<uint16_t*>(ys[s]));                     \
+               }, bytes});
+    KILN_LN_ENTRIES(KILN_LN_VARIANT)
+#undef KILN_LN_VARIANT
   }
 #endif
   add_copies(v, xs, ys, elems);
