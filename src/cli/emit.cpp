@@ -42,7 +42,8 @@ Status run_emit(const EmitArgs& args) {
   // does for a plan; without it (a CUDA build on a machine with no GPU) the pipeline runs without those answers.
   passes::PipelineOptions pipeline;
   std::string where;
-  int units = target == kernel::Target::cuda ? kDefaultSms : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int units = target == kernel::Target::cuda ? kDefaultSms
+                                             : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   int64_t cache_bytes = 0;
   auto backend = backend::make_backend(args.backend);
   if (backend.ok()) {
@@ -71,7 +72,8 @@ Status run_emit(const EmitArgs& args) {
                       "k" + std::to_string(i)});
   }
   KILN_ASSIGN_OR_RETURN(kernel::EmittedModule emitted, kernel::emit_module(module, target));
-  std::string text = fmt::format("// kiln emit {} --backend {}: {} kernels ({})\n", args.model, args.backend, chosen.size(), where);
+  std::string text =
+      fmt::format("// kiln emit {} --backend {}: {} kernels ({})\n", args.model, args.backend, chosen.size(), where);
   for (size_t i = 0; i < chosen.size(); ++i) {
     const kernel::Kernel& k = chosen[i]->kernel;
     const kernel::EmittedKernel& e = emitted.kernels[i];
@@ -96,7 +98,8 @@ Status run_emit(const EmitArgs& args) {
 }  // namespace
 
 void add_emit_command(CLI::App& app, int* exit_code) {
-  auto* cmd = app.add_subcommand("emit", "Print the source of a model's generated kernels, as its plan compiles them before tuning");
+  auto* cmd = app.add_subcommand(
+      "emit", "Print the source of a model's generated kernels, as its plan compiles them before tuning");
   auto args = std::make_shared<EmitArgs>();
   cmd->add_option("MODEL", args->model, "zoo:NAME[:key=value,...], a .json/.kiln graph or a .onnx model")->required();
   add_model_source_options(cmd, &args->source);

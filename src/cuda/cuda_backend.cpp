@@ -126,7 +126,8 @@ class CudaBackend final : public backend::Backend {
     // A 16-byte vector a thread where the pointers and size allow: the copy a generated kernel is measured against
     // (profile/profile.h). The driver's copy, captured into a CUDA graph, took 22.1 us for 50 MB on an H200 where this
     // kernel takes 13.7 (session 41's plan profile; kiln-gpu-bench's copy table).
-    if (((src | dst | static_cast<CUdeviceptr>(bytes)) & 15) != 0 || bytes == 0) return copy_async(dst, src, bytes, stream());
+    if (((src | dst | static_cast<CUdeviceptr>(bytes)) & 15) != 0 || bytes == 0)
+      return copy_async(dst, src, bytes, stream());
     KILN_ASSIGN_OR_RETURN(CUfunction copy16, helper("kiln_copy16"));
     long long vectors = bytes / 16;
     return cuda::launch(copy16, {.grid_x = static_cast<unsigned>((vectors + 255) / 256), .block_x = 256}, stream(),
@@ -369,13 +370,16 @@ class CudaBackend final : public backend::Backend {
   // One of the backend's own small kernels (capturable: no host work), compiled on first use.
   Result<CUfunction> helper(const char* name) {
     if (!helpers_) {
-      static const char* kSource =
-          "extern \"C\" __global__ void kiln_broadcast(const float* s, float* out, long long n) {\n"
-          "  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)\n"
-          "    out[i] = s[0];\n}\n"
-          "extern \"C\" __global__ void kiln_copy16(const uint4* __restrict__ in, uint4* __restrict__ out, long long n) {\n"
-          "  const long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;\n"
-          "  if (i < n) out[i] = in[i];\n}\n";
+      static const char* kSource = R"(
+extern "C" __global__ void kiln_broadcast(const float* s, float* out, long long n) {
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+    out[i] = s[0];
+}
+extern "C" __global__ void kiln_copy16(const uint4* __restrict__ in, uint4* __restrict__ out, long long n) {
+  const long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+  if (i < n) out[i] = in[i];
+}
+)";
       KILN_ASSIGN_OR_RETURN(NvrtcOutput out, nvrtc_compile(kSource, "kiln_helpers.cu", NvrtcOptions{context_.info().arch(), {}, false}));
       KILN_ASSIGN_OR_RETURN(Module module, Module::load(out.cubin));
       helpers_ = std::make_unique<Module>(std::move(module));
