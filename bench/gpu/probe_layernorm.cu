@@ -405,6 +405,32 @@ T* to_device(const std::vector<T>& host) {
   return p;
 }
 
+// `count` copies of `host` (xs) and as many outputs (ys) of the same size, freed at the end of the scope.
+struct BufferSets {
+  std::vector<uint4*> xs, ys;
+  BufferSets(const std::vector<uint16_t>& host, int count) {
+    for (int i = 0; i < count; ++i) {
+      xs.push_back(reinterpret_cast<uint4*>(to_device(host)));
+      ys.push_back(nullptr);
+      CHECK_CUDA(cudaMalloc(&ys.back(), host.size() * 2));
+    }
+  }
+  ~BufferSets() {
+    for (size_t i = 0; i < xs.size(); ++i) {
+      CHECK_CUDA(cudaFree(xs[i]));
+      CHECK_CUDA(cudaFree(ys[i]));
+    }
+  }
+};
+
+// The variants checked against `expected` on set 0, then timed in each protocol.
+void check_and_time(std::vector<Variant>& variants, const BufferSets& sets, const std::vector<float>& expected) {
+  check_variants(variants, sets.ys[0], expected);
+  time_variants(variants, static_cast<int>(sets.xs.size()));
+  time_variants(variants, 1);
+  time_variants(variants, 1, true);
+}
+
 int resident_blocks(const void* fn, int threads, int sms) {
   int per_sm = 0;
   CHECK_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, threads, 0));
@@ -416,11 +442,8 @@ void probe_layernorm(int rows, int sms) {
   const int sets = buffer_sets(4.0 * elems);
   const std::vector<uint16_t> hx = random_bf16(elems, 0.5f, 2.0f, 7);
   const std::vector<uint16_t> hsh = random_bf16(kD, 0.0f, 0.3f, 8), hsc = random_bf16(kD, 0.0f, 0.3f, 9);
-  std::vector<uint4*> xs(sets), ys(sets);
-  for (int i = 0; i < sets; ++i) {
-    xs[i] = reinterpret_cast<uint4*>(to_device(hx));
-    CHECK_CUDA(cudaMalloc(&ys[i], elems * 2));
-  }
+  const BufferSets buffers(hx, sets);
+  const std::vector<uint4*>&xs = buffers.xs, &ys = buffers.ys;
   const uint4* shift = reinterpret_cast<const uint4*>(to_device(hsh));
   const uint4* scale = reinterpret_cast<const uint4*>(to_device(hsc));
   const double bytes = 4.0 * elems + 4.0 * kD;
@@ -464,20 +487,12 @@ void probe_layernorm(int rows, int sms) {
     }
   }
   std::printf("layernorm + modulate, %d rows x %d bf16: %.1f MB a launch, %d buffer sets\n", rows, kD, bytes / 1e6, sets);
-  check_variants(v, ys[0], ref);
-  time_variants(v, sets);
-  time_variants(v, 1);
-  time_variants(v, 1, true);
-  for (int i = 0; i < sets; ++i) {
-    CHECK_CUDA(cudaFree(xs[i]));
-    CHECK_CUDA(cudaFree(ys[i]));
-  }
+  check_and_time(v, buffers, ref);
   CHECK_CUDA(cudaFree(const_cast<uint4*>(shift)));
   CHECK_CUDA(cudaFree(const_cast<uint4*>(scale)));
 }
 
-void probe_rms_rope(int tokens, int heads, int sms) {
-  (void)sms;
+void probe_rms_rope(int tokens, int heads) {
   const int rows = tokens * heads;
   const size_t elems = static_cast<size_t>(rows) * kHead;
   const int sets = buffer_sets(4.0 * elems);
@@ -490,11 +505,8 @@ void probe_rms_rope(int tokens, int heads, int sms) {
       hsin[static_cast<size_t>(t) * 64 + p] = static_cast<float>(std::sin(angle));
     }
   }
-  std::vector<uint4*> xs(sets), ys(sets);
-  for (int i = 0; i < sets; ++i) {
-    xs[i] = reinterpret_cast<uint4*>(to_device(hx));
-    CHECK_CUDA(cudaMalloc(&ys[i], elems * 2));
-  }
+  const BufferSets buffers(hx, sets);
+  const std::vector<uint4*>&xs = buffers.xs, &ys = buffers.ys;
   const float4* cosv = reinterpret_cast<const float4*>(to_device(hcos));
   const float4* sinv = reinterpret_cast<const float4*>(to_device(hsin));
   const uint4* weight = reinterpret_cast<const uint4*>(to_device(hw));
@@ -530,14 +542,7 @@ void probe_rms_rope(int tokens, int heads, int sms) {
   }
   std::printf("q/k RMS norm + RoPE, %d heads x %d tokens x %d bf16: %.1f MB a launch, %d buffer sets\n", heads, tokens,
               kHead, bytes / 1e6, sets);
-  check_variants(v, ys[0], ref);
-  time_variants(v, sets);
-  time_variants(v, 1);
-  time_variants(v, 1, true);
-  for (int i = 0; i < sets; ++i) {
-    CHECK_CUDA(cudaFree(xs[i]));
-    CHECK_CUDA(cudaFree(ys[i]));
-  }
+  check_and_time(v, buffers, ref);
   CHECK_CUDA(cudaFree(const_cast<float4*>(cosv)));
   CHECK_CUDA(cudaFree(const_cast<float4*>(sinv)));
   CHECK_CUDA(cudaFree(const_cast<uint4*>(weight)));
@@ -560,6 +565,6 @@ int main(int argc, char** argv) {
     }
     probe_layernorm(r, prop.multiProcessorCount);
   }
-  probe_rms_rope(4608, 24, prop.multiProcessorCount);
+  probe_rms_rope(4608, 24);
   return 0;
 }
