@@ -116,12 +116,16 @@ __global__ void __launch_bounds__(T) ln_block(const uint4* __restrict__ x, const
     mean = sum / kD;
     var = fmaxf(sq / kD - mean * mean, 0.0f);
   } else {
-    sum = warp_sum(sum);
-    if (lane == 0) red[0][0][warp] = sum;
-    __syncthreads();
-    sum = 0;
-    for (int w = 0; w < W; ++w) sum += red[0][0][w];
-    mean = sum / kD;
+    // A row's sum over the block: each warp's in its slot, one barrier, every thread adds the slots.
+    auto block_sum = [&](float value, float* slot) {
+      value = warp_sum(value);
+      if (lane == 0) slot[warp] = value;
+      __syncthreads();
+      value = 0;
+      for (int w = 0; w < W; ++w) value += slot[w];
+      return value;
+    };
+    mean = block_sum(sum, red[0][0]) / kD;
     float c = 0;
 #pragma unroll
     for (int s = 0; s < S; ++s) {
@@ -129,12 +133,7 @@ __global__ void __launch_bounds__(T) ln_block(const uint4* __restrict__ x, const
       unpack(v[s], f);
       for (int j = 0; j < 8; ++j) c += (f[j] - mean) * (f[j] - mean);
     }
-    c = warp_sum(c);
-    if (lane == 0) red[1][0][warp] = c;
-    __syncthreads();
-    c = 0;
-    for (int w = 0; w < W; ++w) c += red[1][0][w];
-    var = c / kD;
+    var = block_sum(c, red[1][0]) / kD;
   }
   const float rstd = rsqrtf(var + kEps);
 #pragma unroll
