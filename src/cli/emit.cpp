@@ -1,11 +1,12 @@
 // kiln emit MODEL: the source kiln generates for a model's fused plan. Each distinct generated kernel (tune/task.h:
-// identical kernels once, views and constants left out) at the schedule the plan gives it before tuning
-// (kernel::default_schedule on the backend's device), in one translation unit as the backend compiles it, each
+// identical kernels once, views and constants left out) at the schedule the plan gives it (kernel::default_schedule
+// on the backend's device, or a `kiln tune` result's with --schedules), in one translation unit as the backend compiles it, each
 // kernel headed by a comment naming its group, rows, bytes, schedule and launch shape. For reading the code a
 // plan runs, and for taking one kernel into a standalone probe (bench/gpu/probe_layernorm.cu).
 #include <fmt/format.h>
 
 #include <fstream>
+#include <map>
 #include <thread>
 
 #include "backend/backend.h"
@@ -13,6 +14,8 @@
 #include "cli/model_source.h"
 #include "kernel/emit.h"
 #include "passes/pipeline.h"
+#include "tune/apply.h"
+#include "tune/result_json.h"
 #include "tune/task.h"
 
 namespace kiln::cli {
@@ -23,6 +26,7 @@ struct EmitArgs {
   std::string backend = "cuda";
   double min_mb = 0;
   std::string output;
+  std::string schedules_file;  // a `kiln tune -o` result: its schedules where they apply, as `kiln run --schedules`
   ModelSourceOptions source;
 };
 
@@ -66,9 +70,20 @@ Status run_emit(const EmitArgs& args) {
                       fmt::format("{} has no generated kernel of at least {} MB (of {} tasks)", args.model, args.min_mb,
                                   tasks.tasks.size()));
   }
+  std::map<std::string, kernel::Schedule> tuned;
+  if (!args.schedules_file.empty()) {
+    KILN_ASSIGN_OR_RETURN(tune::TuneResult result, tune::load_tune_result(args.schedules_file));
+    KILN_ASSIGN_OR_RETURN(tune::AppliedSchedules applied,
+                          tune::apply_tune_result(result, optimized.graph, target, "'" + args.schedules_file + "'"));
+    tuned = std::move(applied.schedules);
+  }
   std::vector<kernel::KernelToEmit> module;
+  std::vector<bool> from_file;
   for (size_t i = 0; i < chosen.size(); ++i) {
-    module.push_back({&chosen[i]->kernel, kernel::default_schedule(chosen[i]->kernel, target, units, cache_bytes),
+    auto it = tuned.find(chosen[i]->hash);
+    from_file.push_back(it != tuned.end());
+    module.push_back({&chosen[i]->kernel,
+                      it != tuned.end() ? it->second : kernel::default_schedule(chosen[i]->kernel, target, units, cache_bytes),
                       "k" + std::to_string(i)});
   }
   KILN_ASSIGN_OR_RETURN(kernel::EmittedModule emitted, kernel::emit_module(module, target));
@@ -77,9 +92,9 @@ Status run_emit(const EmitArgs& args) {
   for (size_t i = 0; i < chosen.size(); ++i) {
     const kernel::Kernel& k = chosen[i]->kernel;
     const kernel::EmittedKernel& e = emitted.kernels[i];
-    text += fmt::format("//   {}: {} ({} use{}), {} rows, {:.1f} MB, schedule {}", e.entry, chosen[i]->label,
+    text += fmt::format("//   {}: {} ({} use{}), {} rows, {:.1f} MB, {} schedule {}", e.entry, chosen[i]->label,
                         chosen[i]->occurrences, chosen[i]->occurrences == 1 ? "" : "s", k.rows, k.bytes / 1e6,
-                        kernel::schedule_to_string(e.schedule));
+                        from_file[i] ? "tuned" : "default", kernel::schedule_to_string(e.schedule));
     if (target == kernel::Target::cuda) text += fmt::format(", grid {} of {}x{} threads", e.grid, e.block_x, e.block_y);
     text += "\n";
   }
@@ -99,13 +114,14 @@ Status run_emit(const EmitArgs& args) {
 
 void add_emit_command(CLI::App& app, int* exit_code) {
   auto* cmd = app.add_subcommand(
-      "emit", "Print the source of a model's generated kernels, as its plan compiles them before tuning");
+      "emit", "Print the source of a model's generated kernels as its plan compiles them (untuned, or with --schedules)");
   auto args = std::make_shared<EmitArgs>();
   cmd->add_option("MODEL", args->model, "zoo:NAME[:key=value,...], a .json/.kiln graph or a .onnx model")->required();
   add_model_source_options(cmd, &args->source);
   cmd->add_option("--backend", args->backend, "cuda or cpu: the dialect, and the backend asked about its device")
       ->capture_default_str();
   cmd->add_option("--min-mb", args->min_mb, "only kernels that move at least this many MB")->capture_default_str();
+  cmd->add_option("--schedules", args->schedules_file, "a `kiln tune -o` result: its schedules where they apply");
   cmd->add_option("-o,--output", args->output, "write the source to this file");
   cmd->callback([=] {
     Status s = run_emit(*args);

@@ -52,6 +52,15 @@ TEST(TuneCli, TuneWritesResultsThatRunApplies) {
   EXPECT_NE(run.out.find("tuned schedules for"), std::string::npos) << run.out;
   EXPECT_EQ(run.out.find("MISMATCH"), std::string::npos) << run.out;
 
+  // kiln emit shows the tuned schedules where the file has them, the defaults without it.
+  auto emitted = run_kiln(std::string("emit ") + kModel + " --backend cpu --schedules " + file.string());
+  ASSERT_EQ(emitted.exit_code, 0) << emitted.out.substr(0, 600);
+  EXPECT_NE(emitted.out.find(", tuned schedule "), std::string::npos) << emitted.out.substr(0, 1200);
+  auto untuned = run_kiln(std::string("emit ") + kModel + " --backend cpu");
+  ASSERT_EQ(untuned.exit_code, 0) << untuned.out.substr(0, 600);
+  EXPECT_EQ(untuned.out.find(", tuned schedule "), std::string::npos) << untuned.out.substr(0, 1200);
+  EXPECT_NE(untuned.out.find(", default schedule "), std::string::npos) << untuned.out.substr(0, 1200);
+
   // The same file on another model: every schedule is stale, ignored with a note.
   auto other = run_kiln("run zoo:llama3-8b:tiny --backend cpu --schedules " + file.string());
   ASSERT_EQ(other.exit_code, 0) << other.out;
