@@ -313,6 +313,12 @@ class CudaBackend final : public backend::Backend {
 
   Result<std::function<Status()>> capture(const std::function<Status()>& work) override {
     KILN_TRY(synchronize());
+    // The helper kernels are loaded before a capture begins: a module cannot be loaded while this thread captures,
+    // and a copy may be the first thing captured (profile/profile.h times one that way).
+    if (!helpers_) {
+      auto loaded = helper("kiln_copy16");
+      if (!loaded.ok()) return loaded.error();
+    }
     KILN_TRY(CapturedGraph::begin_capture(stream_.handle()));
     capturing_ = true;
     Status recorded = work();
