@@ -78,6 +78,34 @@ __device__ __forceinline__ uint4 modulate(const uint4& xv, const uint4& shv, con
   return pack(y);
 }
 
+// A thread's share of a row: the sum of its elements and of their squares, and the sum of squared deviations.
+template <int S>
+__device__ __forceinline__ float2 sums(const uint4 (&v)[S]) {
+  float sum = 0, sq = 0;
+#pragma unroll
+  for (int s = 0; s < S; ++s) {
+    float f[8];
+    unpack(v[s], f);
+    for (int j = 0; j < 8; ++j) {
+      sum += f[j];
+      sq += f[j] * f[j];
+    }
+  }
+  return make_float2(sum, sq);
+}
+
+template <int S>
+__device__ __forceinline__ float squared_deviations(const uint4 (&v)[S], float mean) {
+  float c = 0;
+#pragma unroll
+  for (int s = 0; s < S; ++s) {
+    float f[8];
+    unpack(v[s], f);
+    for (int j = 0; j < 8; ++j) c += (f[j] - mean) * (f[j] - mean);
+  }
+  return c;
+}
+
 // One block of T threads a row. kOnePass: sum and sum of squares in one exchange.
 template <int T, bool kOnePass>
 __global__ void __launch_bounds__(T) ln_block(const uint4* __restrict__ x, const uint4* __restrict__ shift,
@@ -95,16 +123,8 @@ __global__ void __launch_bounds__(T) ln_block(const uint4* __restrict__ x, const
     sh[s] = shift[s * T + t];
     sc[s] = scale[s * T + t];
   }
-  float sum = 0, sq = 0;
-#pragma unroll
-  for (int s = 0; s < S; ++s) {
-    float f[8];
-    unpack(v[s], f);
-    for (int j = 0; j < 8; ++j) {
-      sum += f[j];
-      sq += f[j] * f[j];
-    }
-  }
+  const float2 own = sums(v);
+  float sum = own.x, sq = own.y;
   float mean, var;
   if (kOnePass) {
     sum = warp_sum(sum);
@@ -126,14 +146,7 @@ __global__ void __launch_bounds__(T) ln_block(const uint4* __restrict__ x, const
       return value;
     };
     mean = block_sum(sum, red[0][0]) / kD;
-    float c = 0;
-#pragma unroll
-    for (int s = 0; s < S; ++s) {
-      float f[8];
-      unpack(v[s], f);
-      for (int j = 0; j < 8; ++j) c += (f[j] - mean) * (f[j] - mean);
-    }
-    var = block_sum(c, red[1][0]) / kD;
+    var = block_sum(squared_deviations(v, mean), red[1][0]) / kD;
   }
   const float rstd = rsqrtf(var + kEps);
 #pragma unroll
@@ -144,22 +157,8 @@ __global__ void __launch_bounds__(T) ln_block(const uint4* __restrict__ x, const
 __device__ __forceinline__ void ln_warp_row(const uint4 (&v)[kD8 / 32], const uint4* __restrict__ shift,
                                             const uint4* __restrict__ scale, uint4* __restrict__ yrow, int lane) {
   constexpr int S = kD8 / 32;
-  float sum = 0;
-#pragma unroll
-  for (int s = 0; s < S; ++s) {
-    float f[8];
-    unpack(v[s], f);
-    for (int j = 0; j < 8; ++j) sum += f[j];
-  }
-  const float mean = warp_sum(sum) / kD;
-  float c = 0;
-#pragma unroll
-  for (int s = 0; s < S; ++s) {
-    float f[8];
-    unpack(v[s], f);
-    for (int j = 0; j < 8; ++j) c += (f[j] - mean) * (f[j] - mean);
-  }
-  const float rstd = rsqrtf(warp_sum(c) / kD + kEps);
+  const float mean = warp_sum(sums(v).x) / kD;
+  const float rstd = rsqrtf(warp_sum(squared_deviations(v, mean)) / kD + kEps);
 #pragma unroll
   for (int s = 0; s < S; ++s) yrow[s * 32 + lane] = modulate(v[s], shift[s * 32 + lane], scale[s * 32 + lane], mean, rstd);
 }

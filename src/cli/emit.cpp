@@ -78,10 +78,8 @@ Status run_emit(const EmitArgs& args) {
     tuned = std::move(applied.schedules);
   }
   std::vector<kernel::KernelToEmit> module;
-  std::vector<bool> from_file;
   for (size_t i = 0; i < chosen.size(); ++i) {
     auto it = tuned.find(chosen[i]->hash);
-    from_file.push_back(it != tuned.end());
     module.push_back({&chosen[i]->kernel,
                       it != tuned.end() ? it->second : kernel::default_schedule(chosen[i]->kernel, target, units, cache_bytes),
                       "k" + std::to_string(i)});
@@ -94,7 +92,7 @@ Status run_emit(const EmitArgs& args) {
     const kernel::EmittedKernel& e = emitted.kernels[i];
     text += fmt::format("//   {}: {} ({} use{}), {} rows, {:.1f} MB, {} schedule {}", e.entry, chosen[i]->label,
                         chosen[i]->occurrences, chosen[i]->occurrences == 1 ? "" : "s", k.rows, k.bytes / 1e6,
-                        from_file[i] ? "tuned" : "default", kernel::schedule_to_string(e.schedule));
+                        tuned.count(chosen[i]->hash) ? "tuned" : "default", kernel::schedule_to_string(e.schedule));
     if (target == kernel::Target::cuda) text += fmt::format(", grid {} of {}x{} threads", e.grid, e.block_x, e.block_y);
     text += "\n";
   }

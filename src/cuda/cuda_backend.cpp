@@ -124,8 +124,9 @@ class CudaBackend final : public backend::Backend {
     CUdeviceptr src = reinterpret_cast<CUdeviceptr>(from.data), dst = reinterpret_cast<CUdeviceptr>(to.data);
     const int64_t bytes = static_cast<int64_t>(from.bytes());
     // A 16-byte vector a thread where the pointers and size allow: the copy a generated kernel is measured against
-    // (profile/profile.h). The driver's copy, captured into a CUDA graph, took 22.1 us for 50 MB on an H200 where this
-    // kernel takes 13.7 (session 41's plan profile; kiln-gpu-bench's copy table).
+    // (profile/profile.h). The driver's copy, captured into a CUDA graph, took 22.1 us for 50 MB on an H200, where
+    // 16-byte copy kernels launched from the host took 13.7-14.5 us (session 41's plan profile and kiln-gpu-bench's
+    // copy table); this kernel in a graph is not yet timed.
     if (((src | dst | static_cast<CUdeviceptr>(bytes)) & 15) != 0 || bytes == 0)
       return copy_async(dst, src, bytes, stream());
     KILN_ASSIGN_OR_RETURN(CUfunction copy16, helper("kiln_copy16"));
