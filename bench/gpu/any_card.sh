@@ -9,6 +9,8 @@
 # SECONDS: the whole call's budget, default 480. BEFORE_BUILD (a folder with an older kiln-gpu-bench): on a card
 # other than the H200, after the tests, the FP8 and bf16 double blocks' plans from both builds one after the
 # other (before, after, before again: the card's drift shows), ahead of the schedule search.
+# On the H200: ANY_CARD_MODELS (default both FLUX.1-dev blocks) and ANY_CARD_LOOP (each loop's budget, default 60s;
+# the whole loop, every pass tried, takes about 120s on the double block).
 set -uo pipefail
 out="${1:?usage: bench/gpu/any_card.sh OUT_DIR BUILD_DIR [SECONDS]}"
 build="${2:?usage: bench/gpu/any_card.sh OUT_DIR BUILD_DIR [SECONDS]}"
@@ -39,8 +41,10 @@ if echo "$card" | grep -q H200 || [ "${ANY_CARD_ISSUE7:-0}" = 1 ]; then
   # Each block: the fp64 reference and the baseline's deployment (about 40 s on the H200), the loop's 60 s, then
   # three head-to-head rounds against one peer process (optimize.sh's peer server: one compile, then each round 2 s
   # idle and 35 calls; not yet timed on a GPU), inside 200 s; a kiln stopped by the timeout writes no report.
-  KILN_PEER_REGIMES=$regimes KILN_NO_KB=1 KILN_PEER_AFTER=0 KILN_OPTIMIZE_TIMEOUT=200 timeout "$((left > 30 ? left : 30))" \
-    bash "$root/bench/gpu/optimize.sh" "$out/opt" "$build/kiln" 60s zoo:flux1-double-block zoo:flux1-single-block \
+  read -r -a models <<< "${ANY_CARD_MODELS:-zoo:flux1-double-block zoo:flux1-single-block}"
+  KILN_PEER_REGIMES=$regimes KILN_NO_KB=1 KILN_PEER_AFTER=0 KILN_OPTIMIZE_TIMEOUT="${KILN_OPTIMIZE_TIMEOUT:-200}" \
+    timeout "$((left > 30 ? left : 30))" bash "$root/bench/gpu/optimize.sh" "$out/opt" "$build/kiln" \
+    "${ANY_CARD_LOOP:-60s}" "${models[@]}" \
     > "$out/optimize_sh.log" 2>&1 || status=1
   grep -E "^==|next to|kept|no win|done:" "$out/optimize_sh.log" | cut -c1-160
   grep -h -m1 "deployed in" "$out"/opt/*-optimize.log 2> /dev/null | cut -c1-160  # each baseline's
