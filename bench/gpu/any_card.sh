@@ -10,7 +10,7 @@
 # other than the H200, after the tests, the FP8 and bf16 double blocks' plans from both builds one after the
 # other (before, after, before again: the card's drift shows), ahead of the schedule search.
 # On the H200: ANY_CARD_MODELS (default both FLUX.1-dev blocks) and ANY_CARD_LOOP (each loop's budget, default 60s;
-# the whole loop, every pass tried, takes about 120s on the double block).
+# 50s stopped the double block's loop after two passes in session 41; what every pass takes is not yet measured).
 set -uo pipefail
 out="${1:?usage: bench/gpu/any_card.sh OUT_DIR BUILD_DIR [SECONDS]}"
 build="${2:?usage: bench/gpu/any_card.sh OUT_DIR BUILD_DIR [SECONDS]}"
@@ -38,7 +38,7 @@ if echo "$card" | grep -q H200 || [ "${ANY_CARD_ISSUE7:-0}" = 1 ]; then
   # leaves about 380 s.
   regimes=1
   [ "$left" -lt 600 ] && regimes=0
-  # Each block: the fp64 reference and the baseline's deployment (about 40 s on the H200), the loop's 60 s, then
+  # Each block: the fp64 reference and the baseline's deployment (about 40 s on the H200), the loop's ANY_CARD_LOOP, then
   # three head-to-head rounds against one peer process (optimize.sh's peer server: one compile, then each round 2 s
   # idle and 35 calls; not yet timed on a GPU), inside 200 s; a kiln stopped by the timeout writes no report.
   read -r -a models <<< "${ANY_CARD_MODELS:-zoo:flux1-double-block zoo:flux1-single-block}"

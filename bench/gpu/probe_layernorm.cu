@@ -78,7 +78,7 @@ __device__ __forceinline__ uint4 modulate(const uint4& xv, const uint4& shv, con
   return pack(y);
 }
 
-// A thread's share of a row: the sum of its elements and of their squares, and the sum of squared deviations.
+// A thread's share of a row: the sum of its elements and the sum of their squares.
 template <int S>
 __device__ __forceinline__ float2 sums(const uint4 (&v)[S]) {
   float sum = 0, sq = 0;
@@ -94,6 +94,7 @@ __device__ __forceinline__ float2 sums(const uint4 (&v)[S]) {
   return make_float2(sum, sq);
 }
 
+// A thread's share of a row's sum of squared deviations from the mean.
 template <int S>
 __device__ __forceinline__ float squared_deviations(const uint4 (&v)[S], float mean) {
   float c = 0;
